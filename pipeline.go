@@ -1,0 +1,296 @@
+package watertight
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+)
+
+// Policy is one protection in a Pipeline, in the two-step form that costs no
+// allocation: Enter before the protected call, Exit after it.
+//
+// Enter decides whether the call may go ahead. It returns the context the rest
+// of the pipeline runs under (ctx itself, or one derived from it, as a timeout
+// does), a Ticket that Exit gets back, and a non-nil error to refuse the call
+// (a rejection, see NewRejection). When Enter refuses, Exit is not called for
+// that policy.
+//
+// Exit is called exactly once for each Enter that returned a nil error, with
+// the context Enter returned, the Ticket it returned and the error the rest of
+// the pipeline produced (nil on success). It returns the error to pass further
+// out: err itself, or an error that explains it better (a timeout turns a bare
+// context.DeadlineExceeded into its own error). Exit runs even when the
+// protected function panics, with an error for which errors.Is(err, ErrPanicked)
+// holds; the panic then goes on.
+//
+// Policies are shared by every call through them and must be safe for
+// concurrent use.
+type Policy interface {
+	Enter(ctx context.Context) (context.Context, Ticket, error)
+	Exit(ctx context.Context, t Ticket, err error) error
+}
+
+// Ticket carries what a Policy needs between its Enter and its Exit for one
+// call. It is a plain value so that the pipeline stores it without allocating;
+// the fields mean whatever the policy that issued the ticket says they mean.
+type Ticket struct {
+	// Seq is free for the policy: a circuit breaker keeps its generation here.
+	Seq uint64
+	// Start is free for the policy: a breaker that measures slow calls keeps
+	// the call's start time here.
+	Start time.Time
+	// Cancel is free for the policy: a timeout keeps its cancel function here.
+	Cancel context.CancelFunc
+}
+
+// Resource is implemented by a Policy whose Ticket stands for something held
+// while the call runs, such as a bulkhead permit. When a detaching policy (see
+// Detacher) returns before the work it started has ended, DoDetached calls the
+// Exit of every Resource outside it only when that work really ends, so that
+// abandoned work keeps counting against the limit it is holding.
+type Resource interface {
+	Policy
+	// HoldsResource reports whether the policy's tickets hold a resource.
+	HoldsResource() bool
+}
+
+// Detacher is implemented by a Policy after which DoDetached runs the rest of
+// the pipeline in a goroutine of its own and returns as soon as the context the
+// policy's Enter returned is done, abandoning work that ignores its context. A
+// timeout configured to abandon is one.
+type Detacher interface {
+	Policy
+	// Detaches reports whether calls are detached after this policy.
+	Detaches() bool
+}
+
+// ErrPanicked is the error that Exit sees when the protected function
+// panicked. The panic itself is not recovered: it goes on after the policies
+// have exited.
+var ErrPanicked = errors.New("watertight: the protected function panicked")
+
+// ErrNeedsDetached is returned by Do, before anything runs, when the pipeline
+// holds a detaching policy: such a pipeline runs through DoDetached, which
+// may leave the function running in a goroutine after it returns.
+var ErrNeedsDetached = errors.New("watertight: the pipeline detaches abandoned calls (a timeout with Abandon set): call DoDetached instead of Do")
+
+// inlineFrames is how many policies Do tracks without allocating.
+const inlineFrames = 8
+
+const (
+	flagResource uint8 = 1 << iota
+	flagDetach
+)
+
+type frame struct {
+	ctx context.Context
+	t   Ticket
+}
+
+// Pipeline composes policies in the order given, outermost first. The zero
+// value and a nil *Pipeline are valid and empty: the function is called
+// directly. A Pipeline is immutable and safe for concurrent use.
+type Pipeline struct {
+	policies []Policy
+	flags    []uint8
+	detaches bool
+}
+
+// New returns a Pipeline of the given policies, outermost first; nil policies
+// are skipped, so optional protections can be passed as nil interface values.
+// The standard order (see the package documentation) is
+//
+//	New(totalTimeout, retry, breaker, bulkhead, attemptTimeout)
+func New(policies ...Policy) *Pipeline {
+	p := &Pipeline{}
+	for _, pol := range policies {
+		if pol == nil {
+			continue
+		}
+		var f uint8
+		if r, ok := pol.(Resource); ok && r.HoldsResource() {
+			f |= flagResource
+		}
+		if d, ok := pol.(Detacher); ok && d.Detaches() {
+			f |= flagDetach
+			p.detaches = true
+		}
+		p.policies = append(p.policies, pol)
+		p.flags = append(p.flags, f)
+	}
+	return p
+}
+
+// Len returns the number of policies in the pipeline.
+func (p *Pipeline) Len() int {
+	if p == nil {
+		return 0
+	}
+	return len(p.policies)
+}
+
+// Run calls fn through the pipeline; see Do.
+func (p *Pipeline) Run(ctx context.Context, fn func(context.Context) error) error {
+	_, err := Do(ctx, p, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, fn(ctx)
+	})
+	return err
+}
+
+// Do calls fn through the pipeline p and returns its result. Each policy's
+// Enter runs outermost first; if one refuses, Do returns its error at once
+// without calling fn, after exiting the policies already entered. Otherwise fn
+// runs in the caller's goroutine under the context the innermost policy gave,
+// and the policies exit innermost first, each seeing (and possibly replacing)
+// the error. On the success path Do allocates nothing for up to 8 policies
+// and does not keep fn after it returns.
+//
+// A nil or empty p calls fn directly. A pipeline holding a detaching policy
+// returns ErrNeedsDetached without running anything: use DoDetached.
+func Do[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, error) {
+	if p == nil || len(p.policies) == 0 {
+		return fn(ctx)
+	}
+	var zero T
+	if p.detaches {
+		return zero, ErrNeedsDetached
+	}
+	var buf [inlineFrames]frame
+	frames := buf[:]
+	if len(p.policies) > inlineFrames {
+		frames = make([]frame, len(p.policies))
+	}
+	n := len(p.policies)
+	entered := 0
+	finished := false
+	defer func() {
+		if !finished { // fn panicked: release what was entered; the panic goes on.
+			p.unwind(frames, 0, entered, ErrPanicked)
+		}
+	}()
+	for i, pol := range p.policies {
+		c, t, err := pol.Enter(ctx)
+		if err != nil {
+			finished = true
+			return zero, p.unwind(frames, 0, entered, err)
+		}
+		frames[i] = frame{ctx: c, t: t}
+		entered++
+		ctx = c
+	}
+	v, err := fn(ctx)
+	finished = true
+	return v, p.unwind(frames, 0, n, err)
+}
+
+// unwind exits policies [from, to) innermost first.
+func (p *Pipeline) unwind(frames []frame, from, to int, err error) error {
+	for i := to - 1; i >= from; i-- {
+		err = p.policies[i].Exit(frames[i].ctx, frames[i].t, err)
+	}
+	return err
+}
+
+// DoDetached is Do for pipelines that hold a detaching policy (a timeout with
+// Abandon set, for functions that ignore their context). After such a policy
+// the rest of the pipeline and fn run in a goroutine of their own; when the
+// context the policy's Enter returned is done first, DoDetached returns at
+// once with that policy's error and leaves the work running. Resource
+// policies outside it (bulkheads) keep their permits until the abandoned work
+// really ends, so abandoned calls still count against the limit: isolation
+// holds, at the price of permits that stay held by work nobody waits for.
+// Other policies outside it (a circuit breaker) see the timeout at once.
+//
+// Cost, per call through a detaching policy: one goroutine, one channel and a
+// result record on the heap, and fn's closure escapes to the heap. A pipeline
+// without a detaching policy runs as Do does.
+func DoDetached[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, error) {
+	if p == nil || len(p.policies) == 0 {
+		return fn(ctx)
+	}
+	return runDetached(ctx, p, 0, fn)
+}
+
+// detachedCall is the state shared by DoDetached and the goroutine that runs
+// the detached rest of the pipeline.
+type detachedCall[T any] struct {
+	state atomic.Int32 // callRunning, callFinished or callAbandoned
+	done  chan struct{}
+	v     T
+	err   error
+	held  []int // indexes of Resource policies whose Exit waits for the work
+}
+
+const (
+	callRunning int32 = iota
+	callFinished
+	callAbandoned
+)
+
+func runDetached[T any](ctx context.Context, p *Pipeline, from int, fn func(context.Context) (T, error)) (v T, err error) {
+	var zero T
+	frames := make([]frame, len(p.policies))
+	i := from
+	finished := false
+	defer func() {
+		if !finished {
+			p.unwind(frames, from, i, ErrPanicked)
+		}
+	}()
+	for ; i < len(p.policies); i++ {
+		c, t, err := p.policies[i].Enter(ctx)
+		if err != nil {
+			finished = true
+			return zero, p.unwind(frames, from, i, err)
+		}
+		frames[i] = frame{ctx: c, t: t}
+		ctx = c
+		if p.flags[i]&flagDetach == 0 || c.Done() == nil {
+			continue
+		}
+		// Detach after policy i.
+		call := &detachedCall[T]{done: make(chan struct{})}
+		for j := from; j < i; j++ {
+			if p.flags[j]&flagResource != 0 {
+				call.held = append(call.held, j)
+			}
+		}
+		at := i
+		go func() {
+			v, err := runDetached(c, p, at+1, fn)
+			call.v, call.err = v, err
+			if call.state.CompareAndSwap(callRunning, callFinished) {
+				close(call.done)
+				return
+			}
+			// Abandoned: the caller has gone; release what the work held.
+			for k := len(call.held) - 1; k >= 0; k-- {
+				j := call.held[k]
+				p.policies[j].Exit(frames[j].ctx, frames[j].t, err)
+			}
+		}()
+		select {
+		case <-call.done:
+			finished = true
+			return call.v, p.unwind(frames, from, i+1, call.err)
+		case <-c.Done():
+		}
+		if !call.state.CompareAndSwap(callRunning, callAbandoned) {
+			<-call.done
+			finished = true
+			return call.v, p.unwind(frames, from, i+1, call.err)
+		}
+		finished = true
+		err = p.policies[i].Exit(c, frames[i].t, c.Err())
+		for j := i - 1; j >= from; j-- {
+			if p.flags[j]&flagResource == 0 {
+				err = p.policies[j].Exit(frames[j].ctx, frames[j].t, err)
+			}
+		}
+		return zero, err
+	}
+	v, err = fn(ctx)
+	finished = true
+	return v, p.unwind(frames, from, len(p.policies), err)
+}
