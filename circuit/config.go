@@ -1,0 +1,248 @@
+package circuit
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/watertight-go/watertight"
+)
+
+// WindowType selects how the breaker's sliding window is measured.
+type WindowType uint8
+
+const (
+	// CountBased keeps the outcomes of the last Config.WindowSize calls.
+	CountBased WindowType = iota
+	// TimeBased keeps the outcomes of the calls that ended in the last
+	// Config.WindowDuration, in Config.WindowBuckets buckets.
+	TimeBased
+)
+
+// String returns "count" or "time".
+func (w WindowType) String() string {
+	switch w {
+	case CountBased:
+		return "count"
+	case TimeBased:
+		return "time"
+	}
+	return fmt.Sprintf("WindowType(%d)", uint8(w))
+}
+
+// Defaults used for zero fields of Config.
+const (
+	DefaultWindowSize            = 100
+	DefaultWindowDuration        = 60 * time.Second
+	DefaultWindowBuckets         = 10
+	DefaultMinCalls              = 20
+	DefaultFailureRateThreshold  = 50.0
+	DefaultSlowCallRateThreshold = 100.0
+	DefaultOpenDuration          = 30 * time.Second
+	DefaultHalfOpenCalls         = 5
+	DefaultMaxHalfOpenWait       = 60 * time.Second
+)
+
+// Config configures a Breaker. The zero value is valid: every zero field
+// takes the default named in its comment (see DefaultConfig).
+type Config struct {
+	// Name labels the breaker in events and snapshots (the dependency or
+	// endpoint it protects). It may be empty.
+	Name string
+
+	// WindowType selects a count-based (the zero value) or time-based window.
+	WindowType WindowType
+	// WindowSize is the number of calls a count-based window keeps. Zero
+	// means DefaultWindowSize (100). Must not be negative, nor smaller than
+	// MinCalls.
+	WindowSize int
+	// WindowDuration is the span a time-based window keeps. Zero means
+	// DefaultWindowDuration (60s). Must not be negative.
+	WindowDuration time.Duration
+	// WindowBuckets is the number of buckets a time-based window is split
+	// into; the window slides one bucket at a time. Zero means
+	// DefaultWindowBuckets (10). Must not be negative.
+	WindowBuckets int
+	// MinCalls is the number of calls the window must hold before a rate
+	// can trip the breaker. Zero means DefaultMinCalls (20). Must not be
+	// negative.
+	MinCalls int
+
+	// FailureRateThreshold is the failure rate, in percent, at or above
+	// which the breaker opens. Zero means DefaultFailureRateThreshold (50).
+	// Must be in (0, 100].
+	FailureRateThreshold float64
+	// SlowCallDuration is the duration from which a call counts as slow,
+	// even when it succeeds. Zero means slow calls are not measured (and the
+	// clock is not read for them); negative is an error.
+	SlowCallDuration time.Duration
+	// SlowCallRateThreshold is the slow-call rate, in percent, at or above
+	// which the breaker opens. Zero means DefaultSlowCallRateThreshold (100).
+	// Must be in (0, 100]. It has no effect unless SlowCallDuration is set.
+	SlowCallRateThreshold float64
+	// CountSaturation makes Saturated outcomes (a full bulkhead behind the
+	// breaker, see watertight.NewSaturation) count toward the failure rate.
+	// They are still counted apart (Snapshot.Saturated), so a dashboard can
+	// tell a saturated bulkhead from a failing dependency. If false,
+	// Saturated outcomes are ignored.
+	CountSaturation bool
+
+	// OpenDuration is how long the breaker stays open before it lets trial
+	// calls through. Zero means DefaultOpenDuration (30s). Must not be
+	// negative.
+	OpenDuration time.Duration
+	// OpenDurationMultiplier makes the open duration grow with consecutive
+	// openings (opened again from half-open without closing in between): the
+	// n-th consecutive opening lasts OpenDuration·multiplier^(n-1), capped
+	// by MaxOpenDuration. Zero or 1 means no growth; it must not be below 1
+	// otherwise.
+	OpenDurationMultiplier float64
+	// MaxOpenDuration caps the grown open duration. Zero means
+	// 10·OpenDuration. Must not be negative nor below OpenDuration.
+	MaxOpenDuration time.Duration
+	// OpenJitter spreads open durations by a random fraction, so breakers
+	// that opened together do not probe together: each duration is scaled
+	// by a factor drawn uniformly from [1-OpenJitter, 1+OpenJitter]. Zero
+	// means no jitter. Must be in [0, 1).
+	OpenJitter float64
+
+	// HalfOpenCalls is the number of trial calls let through in half-open.
+	// When they have all ended, the breaker closes if their failure and
+	// slow-call rates are below the thresholds, and opens again otherwise
+	// (at once, as soon as enough trials have failed to decide). Zero means
+	// DefaultHalfOpenCalls (5). Must not be negative.
+	HalfOpenCalls int
+	// MaxHalfOpenWait bounds the time in half-open: if the trial calls have
+	// not all ended by then, the breaker opens again. Zero means
+	// DefaultMaxHalfOpenWait (60s); negative means no bound.
+	MaxHalfOpenWait time.Duration
+
+	// Classify maps a call's error to an outcome. If nil,
+	// watertight.Classify is used.
+	Classify watertight.Classifier
+	// OnStateChange, if not nil, is called after every state change, in the
+	// goroutine that caused it (a caller, or a timer for open → half-open),
+	// after the breaker's lock is released: it may call back into the
+	// breaker. It should return quickly.
+	OnStateChange func(StateChange)
+	// OnReject, if not nil, is called for every rejected call with the
+	// breaker's name and the rejection (ErrOpen or ErrHalfOpen), in the
+	// caller's goroutine. It runs on the hot path of an open breaker: keep
+	// it cheap (increment a counter).
+	OnReject func(name string, err error)
+	// Rand, if not nil, returns numbers in [0, 1) for the open-duration
+	// jitter, for reproducible simulations. If nil, math/rand/v2 is used.
+	Rand func() float64
+}
+
+// DefaultConfig returns the configuration that zero fields resolve to: a
+// count window of 100 calls, at least 20 calls before tripping, 50% failure
+// rate, slow calls not measured, open for 30s, 5 trial calls, at most 60s in
+// half-open.
+func DefaultConfig() Config {
+	return Config{
+		WindowType:             CountBased,
+		WindowSize:             DefaultWindowSize,
+		WindowDuration:         DefaultWindowDuration,
+		WindowBuckets:          DefaultWindowBuckets,
+		MinCalls:               DefaultMinCalls,
+		FailureRateThreshold:   DefaultFailureRateThreshold,
+		SlowCallRateThreshold:  DefaultSlowCallRateThreshold,
+		OpenDuration:           DefaultOpenDuration,
+		OpenDurationMultiplier: 1,
+		MaxOpenDuration:        10 * DefaultOpenDuration,
+		HalfOpenCalls:          DefaultHalfOpenCalls,
+		MaxHalfOpenWait:        DefaultMaxHalfOpenWait,
+	}
+}
+
+// resolve fills defaults and validates; the error names the field and the rule.
+func (c Config) resolve() (Config, error) {
+	bad := func(field, rule string, got any) error {
+		return fmt.Errorf("circuit: Config.%s %s, got %v", field, rule, got)
+	}
+	if c.WindowType != CountBased && c.WindowType != TimeBased {
+		return c, bad("WindowType", "must be CountBased or TimeBased", c.WindowType)
+	}
+	if c.WindowSize < 0 {
+		return c, bad("WindowSize", "must be >= 0 (0 means 100)", c.WindowSize)
+	}
+	if c.WindowSize == 0 {
+		c.WindowSize = DefaultWindowSize
+	}
+	if c.WindowDuration < 0 {
+		return c, bad("WindowDuration", "must be >= 0 (0 means 60s)", c.WindowDuration)
+	}
+	if c.WindowDuration == 0 {
+		c.WindowDuration = DefaultWindowDuration
+	}
+	if c.WindowBuckets < 0 {
+		return c, bad("WindowBuckets", "must be >= 0 (0 means 10)", c.WindowBuckets)
+	}
+	if c.WindowBuckets == 0 {
+		c.WindowBuckets = DefaultWindowBuckets
+	}
+	if c.WindowType == TimeBased && c.WindowDuration/time.Duration(c.WindowBuckets) <= 0 {
+		return c, bad("WindowBuckets", "must leave buckets of at least 1ns (WindowDuration/WindowBuckets)", c.WindowBuckets)
+	}
+	if c.MinCalls < 0 {
+		return c, bad("MinCalls", "must be >= 0 (0 means 20)", c.MinCalls)
+	}
+	if c.MinCalls == 0 {
+		c.MinCalls = DefaultMinCalls
+	}
+	if c.WindowType == CountBased && c.WindowSize < c.MinCalls {
+		return c, fmt.Errorf("circuit: Config.WindowSize must be >= MinCalls (%d), or the breaker could never trip, got %d", c.MinCalls, c.WindowSize)
+	}
+	if c.FailureRateThreshold == 0 {
+		c.FailureRateThreshold = DefaultFailureRateThreshold
+	}
+	if !(c.FailureRateThreshold > 0 && c.FailureRateThreshold <= 100) {
+		return c, bad("FailureRateThreshold", "must be a percentage in (0, 100]", c.FailureRateThreshold)
+	}
+	if c.SlowCallRateThreshold == 0 {
+		c.SlowCallRateThreshold = DefaultSlowCallRateThreshold
+	}
+	if !(c.SlowCallRateThreshold > 0 && c.SlowCallRateThreshold <= 100) {
+		return c, bad("SlowCallRateThreshold", "must be a percentage in (0, 100]", c.SlowCallRateThreshold)
+	}
+	if c.SlowCallDuration < 0 {
+		return c, bad("SlowCallDuration", "must be >= 0 (0 means slow calls are not measured)", c.SlowCallDuration)
+	}
+	if c.OpenDuration < 0 {
+		return c, bad("OpenDuration", "must be >= 0 (0 means 30s)", c.OpenDuration)
+	}
+	if c.OpenDuration == 0 {
+		c.OpenDuration = DefaultOpenDuration
+	}
+	if c.OpenDurationMultiplier == 0 {
+		c.OpenDurationMultiplier = 1
+	}
+	if !(c.OpenDurationMultiplier >= 1) {
+		return c, bad("OpenDurationMultiplier", "must be 0 or >= 1", c.OpenDurationMultiplier)
+	}
+	if c.MaxOpenDuration < 0 {
+		return c, bad("MaxOpenDuration", "must be >= 0 (0 means 10·OpenDuration)", c.MaxOpenDuration)
+	}
+	if c.MaxOpenDuration == 0 {
+		c.MaxOpenDuration = 10 * c.OpenDuration
+	}
+	if c.MaxOpenDuration < c.OpenDuration {
+		return c, fmt.Errorf("circuit: Config.MaxOpenDuration must be >= OpenDuration (%v), got %v", c.OpenDuration, c.MaxOpenDuration)
+	}
+	if !(c.OpenJitter >= 0 && c.OpenJitter < 1) {
+		return c, bad("OpenJitter", "must be a fraction in [0, 1)", c.OpenJitter)
+	}
+	if c.HalfOpenCalls < 0 {
+		return c, bad("HalfOpenCalls", "must be >= 0 (0 means 5)", c.HalfOpenCalls)
+	}
+	if c.HalfOpenCalls == 0 {
+		c.HalfOpenCalls = DefaultHalfOpenCalls
+	}
+	if c.MaxHalfOpenWait == 0 {
+		c.MaxHalfOpenWait = DefaultMaxHalfOpenWait
+	}
+	if c.Classify == nil {
+		c.Classify = watertight.Classify
+	}
+	return c, nil
+}

@@ -1,0 +1,50 @@
+// Package circuit is a circuit breaker: it watches the calls to one
+// dependency and, when too many of them fail or are slow, stops calling it for
+// a while, so that a failing dependency gets room to recover and its callers
+// fail fast instead of queueing behind it.
+//
+// # States
+//
+// A Breaker is Closed (calls go through and are recorded in a sliding
+// window), Open (calls are rejected with ErrOpen), or HalfOpen (a fixed number
+// of trial calls go through; their outcome closes the breaker or opens it
+// again). Three manual states sit beside them: ForcedOpen rejects everything
+// until Reset, Disabled lets everything through and records nothing, and
+// MetricsOnly records and reports rates but never rejects — for rolling a
+// breaker out on a live dependency before letting it act.
+//
+// The breaker trips from Closed to Open when the window holds at least
+// Config.MinCalls calls and the failure rate reaches Config.FailureRateThreshold,
+// or the rate of calls slower than Config.SlowCallDuration reaches
+// Config.SlowCallRateThreshold (a slow call counts even when it succeeds). The
+// window is count-based (the last WindowSize calls) or time-based (the last
+// WindowDuration, in buckets).
+//
+// It stays Open for Config.OpenDuration — growing with consecutive openings
+// when Config.OpenDurationMultiplier is above 1, with optional jitter — and
+// then turns HalfOpen. A timer makes that change, so a rejection while Open
+// costs one atomic load and never reads the clock.
+//
+// # Outcomes
+//
+// What counts as a failure is the caller's decision: Config.Classify (by
+// default watertight.Classify) maps each call's error to Success, Failure,
+// Ignored (the caller's own error, or a cancellation by the caller — neither
+// says anything about the dependency) or Saturated (a full bulkhead behind the
+// breaker, counted only when Config.CountSaturation is set, and reported on its
+// own in Snapshot).
+//
+// An outcome recorded with a permit from an earlier state (a call that started
+// before the breaker opened and ended after) is dropped: every state change
+// starts a new generation, and permits carry the generation they were issued
+// in.
+//
+// # Use
+//
+// A Breaker is a watertight.Policy, to place in a Pipeline; Call wraps one
+// function; Allow and Permit.Done are the two-step form for middleware. A
+// Registry gives one breaker per key (dependency, host, endpoint) from one
+// Config. State changes and rejections are reported to Config.OnStateChange and
+// Config.OnReject after the breaker's lock is released, so a listener may call
+// back into the breaker.
+package circuit

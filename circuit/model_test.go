@@ -1,0 +1,323 @@
+package circuit_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/circuit"
+	"pgregory.net/rapid"
+)
+
+// model is a deliberately plain reference for the breaker: slices and loops,
+// no atomics, no cleverness. The property test drives a Breaker and a model
+// through the same random sequence and requires them to agree after every
+// step.
+type model struct {
+	cfg     circuit.Config // resolved by hand below
+	now     time.Duration  // virtual time since the test began
+	state   circuit.State
+	gen     int
+	origin  time.Duration // when the current window began (time windows)
+	outs    []modelOut    // closed-state window
+	openEnd time.Duration // when Open ends
+	hoEnd   time.Duration // when HalfOpen gives up (if MaxHalfOpenWait > 0)
+	issued  int           // trials admitted in this half-open
+	done    int
+	fails   int
+	slows   int
+	consec  int
+	opens   int
+	reject  int
+	events  []string
+}
+
+type modelOut struct {
+	at   time.Duration
+	fail bool
+	slow bool
+}
+
+type modelPermit struct {
+	gen   int
+	state circuit.State
+	start time.Duration
+}
+
+func (m *model) set(to circuit.State) {
+	m.events = append(m.events, m.state.String()+">"+to.String())
+	m.state = to
+	m.gen++
+	switch to {
+	case circuit.Closed:
+		m.consec = 0
+		m.outs = nil
+		m.origin = m.now
+	case circuit.Open:
+		m.opens++
+		m.consec++
+		d := m.cfg.OpenDuration
+		for i := 1; i < m.consec; i++ {
+			d = time.Duration(float64(d) * m.cfg.OpenDurationMultiplier)
+			if d >= m.cfg.MaxOpenDuration {
+				break
+			}
+		}
+		if d > m.cfg.MaxOpenDuration {
+			d = m.cfg.MaxOpenDuration
+		}
+		m.openEnd = m.now + d
+	case circuit.HalfOpen:
+		m.issued, m.done, m.fails, m.slows = 0, 0, 0, 0
+		m.hoEnd = m.now + m.cfg.MaxHalfOpenWait
+	}
+}
+
+// advance moves time on to t, firing the timers that fall due on the way.
+func (m *model) advance(t time.Duration) {
+	for {
+		switch {
+		case m.state == circuit.Open && m.openEnd <= t:
+			m.now = m.openEnd
+			m.set(circuit.HalfOpen)
+			continue
+		case m.state == circuit.HalfOpen && m.cfg.MaxHalfOpenWait > 0 && m.hoEnd <= t:
+			m.now = m.hoEnd
+			m.set(circuit.Open)
+			continue
+		}
+		break
+	}
+	m.now = t
+}
+
+func (m *model) allow() (modelPermit, bool) {
+	switch m.state {
+	case circuit.Closed:
+		return modelPermit{m.gen, m.state, m.now}, true
+	case circuit.HalfOpen:
+		if m.issued < m.cfg.HalfOpenCalls {
+			m.issued++
+			return modelPermit{m.gen, m.state, m.now}, true
+		}
+	}
+	m.reject++
+	return modelPermit{}, false
+}
+
+// window returns the outcomes the closed window holds now.
+func (m *model) window() []modelOut {
+	if m.cfg.WindowType == circuit.CountBased {
+		if len(m.outs) > m.cfg.WindowSize {
+			return m.outs[len(m.outs)-m.cfg.WindowSize:]
+		}
+		return m.outs
+	}
+	width := m.cfg.WindowDuration / time.Duration(m.cfg.WindowBuckets)
+	e := (m.now - m.origin) / width
+	var in []modelOut
+	for _, o := range m.outs {
+		if oe := (o.at - m.origin) / width; oe > e-time.Duration(m.cfg.WindowBuckets) {
+			in = append(in, o)
+		}
+	}
+	return in
+}
+
+func (m *model) done_(p modelPermit, o watertight.Outcome) {
+	if p.gen != m.gen {
+		return // stale
+	}
+	if o == watertight.Ignored {
+		if m.state == circuit.HalfOpen {
+			m.issued--
+		}
+		return
+	}
+	fail := o == watertight.Failure
+	slow := m.cfg.SlowCallDuration > 0 && m.now-p.start >= m.cfg.SlowCallDuration
+	switch m.state {
+	case circuit.Closed:
+		m.outs = append(m.outs, modelOut{m.now, fail, slow})
+		if !fail && !slow {
+			return
+		}
+		w := m.window()
+		if len(w) < m.cfg.MinCalls {
+			return
+		}
+		var f, s int
+		for _, x := range w {
+			if x.fail {
+				f++
+			}
+			if x.slow {
+				s++
+			}
+		}
+		if float64(f)*100/float64(len(w)) >= m.cfg.FailureRateThreshold ||
+			m.cfg.SlowCallDuration > 0 && float64(s)*100/float64(len(w)) >= m.cfg.SlowCallRateThreshold {
+			m.set(circuit.Open)
+		}
+	case circuit.HalfOpen:
+		m.done++
+		if fail {
+			m.fails++
+		}
+		if slow {
+			m.slows++
+		}
+		n := float64(m.cfg.HalfOpenCalls)
+		switch {
+		case float64(m.fails)*100/n >= m.cfg.FailureRateThreshold:
+			m.set(circuit.Open)
+		case m.cfg.SlowCallDuration > 0 && float64(m.slows)*100/n >= m.cfg.SlowCallRateThreshold:
+			m.set(circuit.Open)
+		case m.done >= m.cfg.HalfOpenCalls:
+			m.set(circuit.Closed)
+		}
+	}
+}
+
+func genConfig(t *rapid.T) circuit.Config {
+	c := circuit.Config{
+		WindowType:             circuit.WindowType(rapid.IntRange(0, 1).Draw(t, "windowType")),
+		WindowSize:             rapid.IntRange(1, 12).Draw(t, "windowSize"),
+		WindowDuration:         time.Duration(rapid.IntRange(1, 10).Draw(t, "windowSeconds")) * time.Second,
+		WindowBuckets:          rapid.IntRange(1, 5).Draw(t, "buckets"),
+		FailureRateThreshold:   rapid.SampledFrom([]float64{10, 25, 50, 60, 100}).Draw(t, "failThreshold"),
+		SlowCallRateThreshold:  rapid.SampledFrom([]float64{25, 50, 100}).Draw(t, "slowThreshold"),
+		SlowCallDuration:       time.Duration(rapid.IntRange(0, 3).Draw(t, "slowSeconds")) * time.Second,
+		OpenDuration:           time.Duration(rapid.IntRange(1, 10).Draw(t, "openSeconds")) * time.Second,
+		OpenDurationMultiplier: rapid.SampledFrom([]float64{1, 2, 3}).Draw(t, "multiplier"),
+		HalfOpenCalls:          rapid.IntRange(1, 4).Draw(t, "halfOpenCalls"),
+		MaxHalfOpenWait:        time.Duration(rapid.SampledFrom([]int{-1, 5, 20}).Draw(t, "maxHalfOpenSeconds")) * time.Second,
+	}
+	c.MinCalls = rapid.IntRange(1, c.WindowSize).Draw(t, "minCalls")
+	c.MaxOpenDuration = c.OpenDuration * time.Duration(rapid.IntRange(1, 8).Draw(t, "maxOpenFactor"))
+	return c
+}
+
+type op struct {
+	kind    int // 0-3 start a call, 4-7 end one, 8-9 let time pass
+	pick    int // which call ends (modulo the calls in flight)
+	outcome watertight.Outcome
+	advance time.Duration
+}
+
+func genOps(t *rapid.T) []op {
+	outcomes := []watertight.Outcome{watertight.Success, watertight.Failure, watertight.Ignored}
+	return rapid.SliceOfN(rapid.Custom(func(t *rapid.T) op {
+		return op{
+			kind:    rapid.IntRange(0, 9).Draw(t, "kind"),
+			pick:    rapid.IntRange(0, 1000).Draw(t, "pick"),
+			outcome: rapid.SampledFrom(outcomes).Draw(t, "outcome"),
+			advance: time.Duration(rapid.IntRange(0, 12000).Draw(t, "advanceMs")) * time.Millisecond,
+		}
+	}), 1, 60).Draw(t, "ops")
+}
+
+// TestBreakerMatchesModel runs 100 × 100 = 10,000 random sequences of
+// permits, outcomes, call durations and clock advances through a Breaker and
+// the model. Each sequence runs in a synctest bubble of its own, so time is
+// exact; rapid draws it outside the bubble and shrinks any failure.
+func TestBreakerMatchesModel(t *testing.T) {
+	rounds := 100
+	if testing.Short() {
+		rounds = 5
+	}
+	for range rounds {
+		rapid.Check(t, func(rt *rapid.T) {
+			cfg := genConfig(rt)
+			ops := genOps(rt)
+			var err error
+			synctest.Test(t, func(*testing.T) { err = runAgainstModel(cfg, ops) })
+			if err != nil {
+				rt.Fatal(err)
+			}
+		})
+	}
+}
+
+func runAgainstModel(cfg circuit.Config, ops []op) error {
+	var mu sync.Mutex
+	var events []string
+	cfg.OnStateChange = func(ev circuit.StateChange) {
+		mu.Lock()
+		events = append(events, ev.From.String()+">"+ev.To.String())
+		mu.Unlock()
+	}
+	b, err := circuit.New(cfg)
+	if err != nil {
+		return fmt.Errorf("New: %v", err)
+	}
+	m := &model{cfg: cfg, state: circuit.Closed}
+	if m.cfg.MaxHalfOpenWait == 0 {
+		m.cfg.MaxHalfOpenWait = circuit.DefaultMaxHalfOpenWait
+	}
+	start := time.Now()
+	type held struct {
+		real circuit.Permit
+		mod  modelPermit
+	}
+	var permits []held
+	for i, o := range ops {
+		switch {
+		case o.kind < 4: // a call starts
+			p, err := b.Allow()
+			mp, ok := m.allow()
+			if (err == nil) != ok {
+				return fmt.Errorf("step %d: Allow err=%v, model admits=%v (state %v)", i, err, ok, m.state)
+			}
+			if ok {
+				permits = append(permits, held{p, mp})
+			}
+		case o.kind < 8: // a call ends
+			if len(permits) == 0 {
+				continue
+			}
+			k := o.pick % len(permits)
+			permits[k].real.Done(o.outcome)
+			m.done_(permits[k].mod, o.outcome)
+			permits = append(permits[:k], permits[k+1:]...)
+			synctest.Wait()
+		default: // time passes
+			time.Sleep(o.advance)
+			synctest.Wait()
+			m.advance(time.Since(start))
+		}
+		if got := b.State(); got != m.state {
+			return fmt.Errorf("step %d: state %v, model %v", i, got, m.state)
+		}
+		s := b.Snapshot()
+		if m.state == circuit.Closed {
+			w := m.window()
+			var f, sl int64
+			for _, x := range w {
+				if x.fail {
+					f++
+				}
+				if x.slow {
+					sl++
+				}
+			}
+			if s.Calls != int64(len(w)) || s.Failures != f || s.SlowCalls != sl {
+				return fmt.Errorf("step %d: snapshot calls/failures/slow %d/%d/%d, model %d/%d/%d", i, s.Calls, s.Failures, s.SlowCalls, len(w), f, sl)
+			}
+		}
+		if s.Rejected != uint64(m.reject) || s.Opens != uint64(m.opens) {
+			return fmt.Errorf("step %d: rejected/opens %d/%d, model %d/%d", i, s.Rejected, s.Opens, m.reject, m.opens)
+		}
+	}
+	b.ForceOpen() // stop the breaker's timers so the bubble can end
+	mu.Lock()
+	defer mu.Unlock()
+	events = events[:len(events)-1]
+	if fmt.Sprint(events) != fmt.Sprint(m.events) {
+		return fmt.Errorf("events %v, model %v", events, m.events)
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package circuit
+
+import (
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// Outcome codes kept in a window slot: bit flags, 0 is a fast success.
+const (
+	codeFail uint32 = 1 << iota
+	codeSlow
+	codeSat
+)
+
+// counts is what a window holds.
+type counts struct {
+	calls, fails, slows, sats int64
+}
+
+// window is the sliding window of one closed (or metrics-only) generation of
+// a breaker. A new one is made at every such state change, so outcomes of an
+// earlier generation can never land in it.
+type window struct {
+	gen uint64
+
+	// Count-based: a ring of outcome slots. pos is bumped by every call;
+	// the running totals change only when a slot's outcome changes, so the
+	// all-success case reads a slot and writes nothing but pos.
+	pos   atomic.Uint64
+	_     [56]byte
+	slots []atomic.Uint32
+	n     uint64 // len(slots)
+	m     uint64 // fast modulo constant for n
+	fails atomic.Int64
+	slows atomic.Int64
+	sats  atomic.Int64
+
+	// Time-based: buckets rotated lazily by the calls that land in them.
+	buckets []bucket
+	width   int64 // bucket span in nanoseconds
+	origin  time.Time
+}
+
+type bucket struct {
+	epoch atomic.Int64 // which bucket-span since origin the counts belong to
+	calls atomic.Int64
+	fails atomic.Int64
+	slows atomic.Int64
+	sats  atomic.Int64
+	_     [24]byte
+}
+
+func newWindow(c *Config, gen uint64) *window {
+	w := &window{gen: gen}
+	if c.WindowType == TimeBased {
+		w.buckets = make([]bucket, c.WindowBuckets)
+		for i := range w.buckets {
+			w.buckets[i].epoch.Store(-1)
+		}
+		w.width = int64(c.WindowDuration) / int64(c.WindowBuckets)
+		w.origin = time.Now()
+		return w
+	}
+	w.slots = make([]atomic.Uint32, c.WindowSize)
+	w.n = uint64(c.WindowSize)
+	w.m = ^uint64(0)/w.n + 1
+	return w
+}
+
+// mod returns i % n by Lemire's fast modulo (a multiply instead of a divide).
+func (w *window) mod(i uint32) uint64 {
+	hi, _ := bits.Mul64(w.m*uint64(i), w.n)
+	return hi
+}
+
+// addCount records one outcome in a count window. It returns the window's
+// counts and true when the outcome could have raised a rate (code != 0);
+// a success returns false without reading the totals.
+func (w *window) addCount(code uint32) (counts, bool) {
+	i := w.pos.Add(1) - 1
+	s := &w.slots[w.mod(uint32(i))]
+	if s.Load() != code {
+		old := s.Swap(code)
+		w.adjust(old, code)
+	}
+	if code == 0 {
+		return counts{}, false
+	}
+	return w.countTotals(), true
+}
+
+func (w *window) adjust(old, code uint32) {
+	diff := old ^ code
+	if diff&codeFail != 0 {
+		w.fails.Add(delta(code & codeFail))
+	}
+	if diff&codeSlow != 0 {
+		w.slows.Add(delta(code & codeSlow))
+	}
+	if diff&codeSat != 0 {
+		w.sats.Add(delta(code & codeSat))
+	}
+}
+
+func delta(bitSet uint32) int64 {
+	if bitSet != 0 {
+		return 1
+	}
+	return -1
+}
+
+func (w *window) countTotals() counts {
+	calls := w.pos.Load()
+	if calls > w.n {
+		calls = w.n
+	}
+	return counts{calls: int64(calls), fails: w.fails.Load(), slows: w.slows.Load(), sats: w.sats.Load()}
+}
+
+// addTime records one outcome that ended at now in a time window.
+func (w *window) addTime(now time.Time, code uint32) (counts, bool) {
+	e := int64(now.Sub(w.origin)) / w.width
+	b := &w.buckets[e%int64(len(w.buckets))]
+	if cur := b.epoch.Load(); cur != e {
+		// The bucket holds an older span: the first caller to claim it
+		// clears it. A call racing with the clearing may be lost; the
+		// window is a statistic, not a ledger.
+		if cur < e && b.epoch.CompareAndSwap(cur, e) {
+			b.calls.Store(0)
+			b.fails.Store(0)
+			b.slows.Store(0)
+			b.sats.Store(0)
+		}
+	}
+	b.calls.Add(1)
+	if code&codeFail != 0 {
+		b.fails.Add(1)
+	}
+	if code&codeSlow != 0 {
+		b.slows.Add(1)
+	}
+	if code&codeSat != 0 {
+		b.sats.Add(1)
+	}
+	if code == 0 {
+		return counts{}, false
+	}
+	return w.timeTotals(e), true
+}
+
+// timeTotals sums the buckets of the spans (e-len, e].
+func (w *window) timeTotals(e int64) counts {
+	var c counts
+	lo := e - int64(len(w.buckets))
+	for i := range w.buckets {
+		b := &w.buckets[i]
+		if ep := b.epoch.Load(); ep > lo && ep <= e {
+			c.calls += b.calls.Load()
+			c.fails += b.fails.Load()
+			c.slows += b.slows.Load()
+			c.sats += b.sats.Load()
+		}
+	}
+	return c
+}
+
+// totals returns the window's counts now.
+func (w *window) totals() counts {
+	if w.buckets != nil {
+		return w.timeTotals(int64(time.Since(w.origin)) / w.width)
+	}
+	return w.countTotals()
+}
