@@ -91,12 +91,14 @@ type StateChange struct {
 // lock is taken, and the clock is read only when slow calls are measured or
 // the window is time-based.
 type Breaker struct {
+	_     [64]byte      // keep the hot, read-mostly state word on a line of its own
 	state atomic.Uint64 // generation<<stateBits | State
 	_     [56]byte
 	win   atomic.Pointer[window]
 	// trials is the half-open admission: low 32 bits count the trials
 	// issued, high 32 bits hold the generation they belong to.
 	trials   atomic.Uint64
+	_        [48]byte
 	rejected stripe.Counter
 
 	cfg  Config
@@ -268,7 +270,7 @@ func (b *Breaker) record(w uint64, start time.Time, o watertight.Outcome) {
 		}
 		c, bad = win.addTime(now, code)
 	} else {
-		c, bad = win.addCount(code)
+		c, bad = win.addCount(code, uint64(b.cfg.MinCalls))
 	}
 	if !bad || st != Closed || c.calls < int64(b.cfg.MinCalls) {
 		return

@@ -142,9 +142,6 @@ func (m *model) done_(p modelPermit, o watertight.Outcome) {
 	switch m.state {
 	case circuit.Closed:
 		m.outs = append(m.outs, modelOut{m.now, fail, slow})
-		if !fail && !slow {
-			return
-		}
 		w := m.window()
 		if len(w) < m.cfg.MinCalls {
 			return

@@ -75,16 +75,18 @@ func (w *window) mod(i uint32) uint64 {
 }
 
 // addCount records one outcome in a count window. It returns the window's
-// counts and true when the outcome could have raised a rate (code != 0);
-// a success returns false without reading the totals.
-func (w *window) addCount(code uint32) (counts, bool) {
+// counts and true when the outcome could have made a rate reach its
+// threshold: a failure or slow call, or the call that brings the window to
+// minCalls. Any other success returns false without reading the totals: in a
+// count window it replaces an older outcome, so no rate can rise.
+func (w *window) addCount(code uint32, minCalls uint64) (counts, bool) {
 	i := w.pos.Add(1) - 1
 	s := &w.slots[w.mod(uint32(i))]
 	if s.Load() != code {
 		old := s.Swap(code)
 		w.adjust(old, code)
 	}
-	if code == 0 {
+	if code == 0 && i+1 != minCalls {
 		return counts{}, false
 	}
 	return w.countTotals(), true
@@ -118,7 +120,8 @@ func (w *window) countTotals() counts {
 	return counts{calls: int64(calls), fails: w.fails.Load(), slows: w.slows.Load(), sats: w.sats.Load()}
 }
 
-// addTime records one outcome that ended at now in a time window.
+// addTime records one outcome that ended at now in a time window and returns
+// the window's counts.
 func (w *window) addTime(now time.Time, code uint32) (counts, bool) {
 	e := int64(now.Sub(w.origin)) / w.width
 	b := &w.buckets[e%int64(len(w.buckets))]
@@ -143,9 +146,8 @@ func (w *window) addTime(now time.Time, code uint32) (counts, bool) {
 	if code&codeSat != 0 {
 		b.sats.Add(1)
 	}
-	if code == 0 {
-		return counts{}, false
-	}
+	// Every outcome is evaluated: in a time window, older successes slide
+	// out as time passes, so a rate can rise on a success too.
 	return w.timeTotals(e), true
 }
 

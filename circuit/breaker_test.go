@@ -1,0 +1,463 @@
+package circuit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/circuit"
+)
+
+var errBoom = errors.New("boom")
+
+func mustNew(t *testing.T, cfg circuit.Config) *circuit.Breaker {
+	t.Helper()
+	b, err := circuit.New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return b
+}
+
+func fail(b *circuit.Breaker, n int) {
+	for range n {
+		if p, err := b.Allow(); err == nil {
+			p.Done(watertight.Failure)
+		}
+	}
+}
+
+func succeed(b *circuit.Breaker, n int) {
+	for range n {
+		if p, err := b.Allow(); err == nil {
+			p.Done(watertight.Success)
+		}
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  circuit.Config
+		want string
+	}{
+		{circuit.Config{WindowSize: -1}, "WindowSize must be >= 0"},
+		{circuit.Config{WindowSize: 5, MinCalls: 10}, "WindowSize must be >= MinCalls (10)"},
+		{circuit.Config{MinCalls: -3}, "MinCalls must be >= 0"},
+		{circuit.Config{FailureRateThreshold: 101}, "FailureRateThreshold must be a percentage in (0, 100], got 101"},
+		{circuit.Config{FailureRateThreshold: -5}, "FailureRateThreshold must be a percentage in (0, 100]"},
+		{circuit.Config{SlowCallRateThreshold: 150}, "SlowCallRateThreshold must be a percentage in (0, 100]"},
+		{circuit.Config{SlowCallDuration: -time.Second}, "SlowCallDuration must be >= 0"},
+		{circuit.Config{OpenDuration: -time.Second}, "OpenDuration must be >= 0"},
+		{circuit.Config{OpenDurationMultiplier: 0.5}, "OpenDurationMultiplier must be 0 or >= 1"},
+		{circuit.Config{OpenDuration: time.Minute, MaxOpenDuration: time.Second}, "MaxOpenDuration must be >= OpenDuration"},
+		{circuit.Config{OpenJitter: 1}, "OpenJitter must be a fraction in [0, 1)"},
+		{circuit.Config{HalfOpenCalls: -1}, "HalfOpenCalls must be >= 0"},
+		{circuit.Config{WindowType: 7}, "WindowType must be CountBased or TimeBased"},
+		{circuit.Config{WindowType: circuit.TimeBased, WindowDuration: -time.Second}, "WindowDuration must be >= 0"},
+		{circuit.Config{WindowType: circuit.TimeBased, WindowBuckets: -2}, "WindowBuckets must be >= 0"},
+	} {
+		_, err := circuit.New(tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "circuit: Config.") {
+			t.Errorf("New(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+		}
+	}
+	if _, err := circuit.New(circuit.Config{}); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+	if _, err := circuit.New(circuit.DefaultConfig()); err != nil {
+		t.Errorf("DefaultConfig: %v", err)
+	}
+}
+
+func TestTripsOnFailureRateOnlyAfterMinCalls(t *testing.T) {
+	b := mustNew(t, circuit.Config{WindowSize: 10, MinCalls: 5, FailureRateThreshold: 50})
+	fail(b, 4)
+	if b.State() != circuit.Closed {
+		t.Fatalf("opened after 4 calls with MinCalls 5")
+	}
+	fail(b, 1)
+	if b.State() != circuit.Open {
+		t.Fatalf("state %v after 5 failures, want open", b.State())
+	}
+	_, err := b.Allow()
+	if !errors.Is(err, circuit.ErrOpen) || !watertight.IsRejection(err) {
+		t.Fatalf("Allow while open: %v", err)
+	}
+	if got := b.Snapshot().Rejected; got != 1 {
+		t.Fatalf("Rejected = %d", got)
+	}
+	b.Reset()
+}
+
+func TestSuccessesKeepItClosed(t *testing.T) {
+	b := mustNew(t, circuit.Config{WindowSize: 10, MinCalls: 10, FailureRateThreshold: 50})
+	for range 100 {
+		fail(b, 4)
+		succeed(b, 6)
+	}
+	if s := b.Snapshot(); s.State != circuit.Closed || s.Calls != 10 || s.Failures != 4 || s.FailureRate != 40 {
+		t.Fatalf("snapshot %+v", s)
+	}
+}
+
+func TestSlowCallsTripEvenWhenTheySucceed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(t, circuit.Config{WindowSize: 4, MinCalls: 4, SlowCallDuration: time.Second, SlowCallRateThreshold: 50})
+		for i := range 4 {
+			p, err := b.Allow()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i%2 == 0 {
+				time.Sleep(time.Second) // exactly the threshold: slow
+			}
+			p.Done(watertight.Success)
+		}
+		s := b.Snapshot()
+		if s.State != circuit.Open {
+			t.Fatalf("state %v (%+v), want open on 50%% slow calls", s.State, s)
+		}
+		b.Reset()
+	})
+}
+
+func TestOpenThenHalfOpenThenClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var seen []circuit.StateChange
+		b := mustNew(t, circuit.Config{
+			Name: "payments", WindowSize: 4, MinCalls: 4, OpenDuration: 10 * time.Second, HalfOpenCalls: 2,
+			OnStateChange: func(ev circuit.StateChange) { mu.Lock(); seen = append(seen, ev); mu.Unlock() },
+		})
+		fail(b, 4)
+		time.Sleep(10*time.Second - time.Nanosecond)
+		if b.State() != circuit.Open {
+			t.Fatalf("half-open too early")
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if b.State() != circuit.HalfOpen {
+			t.Fatalf("state %v after the open duration", b.State())
+		}
+		p1, err1 := b.Allow()
+		p2, err2 := b.Allow()
+		_, err3 := b.Allow()
+		if err1 != nil || err2 != nil || !errors.Is(err3, circuit.ErrHalfOpen) {
+			t.Fatalf("half-open admission: %v %v %v", err1, err2, err3)
+		}
+		p1.Done(watertight.Success)
+		if b.State() != circuit.HalfOpen {
+			t.Fatalf("closed before all trials ended")
+		}
+		p2.Done(watertight.Success)
+		if b.State() != circuit.Closed {
+			t.Fatalf("state %v after 2 successful trials", b.State())
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var got []string
+		for _, ev := range seen {
+			if ev.Name != "payments" || ev.Reason == "" {
+				t.Errorf("event %+v lacks name or reason", ev)
+			}
+			got = append(got, ev.From.String()+">"+ev.To.String())
+		}
+		if want := "[closed>open open>half-open half-open>closed]"; fmt.Sprint(got) != want {
+			t.Fatalf("events %v, want %v", got, want)
+		}
+		if seen[0].OpenFor != 10*time.Second {
+			t.Fatalf("OpenFor %v", seen[0].OpenFor)
+		}
+	})
+}
+
+func TestFailedTrialReopensWithGrowingDuration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var opens []time.Duration
+		b := mustNew(t, circuit.Config{
+			WindowSize: 2, MinCalls: 2, OpenDuration: time.Second, OpenDurationMultiplier: 2,
+			MaxOpenDuration: 5 * time.Second, HalfOpenCalls: 3,
+			OnStateChange: func(ev circuit.StateChange) {
+				if ev.To == circuit.Open {
+					opens = append(opens, ev.OpenFor)
+				}
+			},
+		})
+		fail(b, 2)
+		for range 4 {
+			time.Sleep(opens[len(opens)-1])
+			synctest.Wait()
+			if b.State() != circuit.HalfOpen {
+				t.Fatalf("state %v", b.State())
+			}
+			fail(b, 2) // 2 of 3 trials failed: at least 50%, opens at once
+			if b.State() != circuit.Open {
+				t.Fatalf("state %v after failed trials", b.State())
+			}
+		}
+		if want := "[1s 2s 4s 5s 5s]"; fmt.Sprint(opens) != want {
+			t.Fatalf("open durations %v, want %v", opens, want)
+		}
+		b.Reset()
+	})
+}
+
+func TestJitterStaysInBounds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var r float64
+		var got []time.Duration
+		b := mustNew(t, circuit.Config{
+			WindowSize: 1, MinCalls: 1, OpenDuration: 10 * time.Second, OpenJitter: 0.2,
+			Rand:          func() float64 { return r },
+			OnStateChange: func(ev circuit.StateChange) { got = append(got, ev.OpenFor) },
+		})
+		for _, r = range []float64{0, 0.5, 0.999} {
+			fail(b, 1)
+			b.Reset()
+		}
+		if len(got) != 6 || got[0] != 8*time.Second || got[2] != 10*time.Second || got[4] < 11*time.Second || got[4] >= 12*time.Second {
+			t.Fatalf("jittered durations %v", got)
+		}
+	})
+}
+
+func TestMaxHalfOpenWaitReopens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, HalfOpenCalls: 1, MaxHalfOpenWait: 3 * time.Second})
+		fail(b, 1)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		p, err := b.Allow() // a trial that never ends in time
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if b.State() != circuit.Open {
+			t.Fatalf("state %v, want open after MaxHalfOpenWait", b.State())
+		}
+		p.Done(watertight.Success) // stale: dropped
+		if b.State() != circuit.Open {
+			t.Fatalf("a stale trial outcome changed the state")
+		}
+		b.Reset()
+	})
+}
+
+func TestStaleOutcomesAreDropped(t *testing.T) {
+	b := mustNew(t, circuit.Config{WindowSize: 2, MinCalls: 2})
+	late, _ := b.Allow()
+	fail(b, 2)
+	b.Reset()
+	late.Done(watertight.Failure) // from the generation before Reset
+	if s := b.Snapshot(); s.Calls != 0 || s.Failures != 0 {
+		t.Fatalf("stale outcome recorded: %+v", s)
+	}
+}
+
+func TestIgnoredAndCancelledDoNotCount(t *testing.T) {
+	b := mustNew(t, circuit.Config{WindowSize: 2, MinCalls: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 10 {
+		_, _ = circuit.Call(ctx, b, func(ctx context.Context) (int, error) { return 0, ctx.Err() })
+		_, _ = circuit.Call(context.Background(), b, func(context.Context) (int, error) {
+			return 0, watertight.Mark(errBoom, watertight.Ignored) // e.g. an HTTP 404: the caller's fault
+		})
+	}
+	if s := b.Snapshot(); s.State != circuit.Closed || s.Calls != 0 {
+		t.Fatalf("ignored outcomes counted: %+v", s)
+	}
+	// A deadline that ran out is the dependency being too slow: it counts.
+	dl, cancel2 := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel2()
+	for range 2 {
+		_, _ = circuit.Call(dl, b, func(ctx context.Context) (int, error) { return 0, ctx.Err() })
+	}
+	if b.State() != circuit.Open {
+		t.Fatalf("deadline exceeded did not count as failure")
+	}
+}
+
+func TestIgnoredTrialFreesItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, HalfOpenCalls: 1})
+		fail(b, 1)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		p, _ := b.Allow()
+		if _, err := b.Allow(); !errors.Is(err, circuit.ErrHalfOpen) {
+			t.Fatalf("second trial admitted: %v", err)
+		}
+		p.Done(watertight.Ignored)
+		p2, err := b.Allow()
+		if err != nil {
+			t.Fatalf("slot not freed by an ignored trial: %v", err)
+		}
+		p2.Done(watertight.Success)
+		if b.State() != circuit.Closed {
+			t.Fatalf("state %v", b.State())
+		}
+	})
+}
+
+func TestSaturationCountsOnlyWhenConfigured(t *testing.T) {
+	full := watertight.NewSaturation("bulkhead: full")
+	for _, count := range []bool{false, true} {
+		b := mustNew(t, circuit.Config{WindowSize: 4, MinCalls: 4, CountSaturation: count})
+		p := watertight.New(b)
+		for range 4 {
+			_ = p.Run(context.Background(), func(context.Context) error { return full })
+		}
+		s := b.Snapshot()
+		if count && (s.State != circuit.Open) || !count && (s.State != circuit.Closed || s.Calls != 0) {
+			t.Fatalf("CountSaturation=%v: %+v", count, s)
+		}
+		b.Reset()
+		if count {
+			succeed(b, 1)
+			_ = p.Run(context.Background(), func(context.Context) error { return full })
+			if s := b.Snapshot(); s.Saturated != 1 || s.Failures != 0 || s.FailureRate != 50 {
+				t.Fatalf("saturation not labelled apart: %+v", s)
+			}
+		}
+	}
+}
+
+func TestManualStates(t *testing.T) {
+	b := mustNew(t, circuit.Config{WindowSize: 2, MinCalls: 2})
+	b.ForceOpen()
+	if _, err := b.Allow(); !errors.Is(err, circuit.ErrOpen) {
+		t.Fatalf("forced open admitted: %v", err)
+	}
+	b.Disable()
+	fail(b, 10)
+	if s := b.Snapshot(); s.State != circuit.Disabled || s.Calls != 0 {
+		t.Fatalf("disabled: %+v", s)
+	}
+	b.SetMetricsOnly()
+	fail(b, 10)
+	if s := b.Snapshot(); s.State != circuit.MetricsOnly || s.Calls != 2 || s.FailureRate != 100 {
+		t.Fatalf("metrics-only: %+v", s)
+	}
+	b.Reset()
+	if s := b.Snapshot(); s.State != circuit.Closed || s.Calls != 0 {
+		t.Fatalf("reset: %+v", s)
+	}
+	if s := b.Snapshot(); s.Opens != 1 {
+		t.Fatalf("Opens = %d, want 1 (the forced opening)", s.Opens)
+	}
+}
+
+func TestListenerMayCallBackIn(t *testing.T) {
+	var b *circuit.Breaker
+	var snaps []circuit.Snapshot
+	b = mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OnStateChange: func(ev circuit.StateChange) {
+		snaps = append(snaps, b.Snapshot()) // would deadlock if called under the lock
+		if ev.To == circuit.Open {
+			b.Reset()
+		}
+	}})
+	fail(b, 1)
+	if len(snaps) != 2 || b.State() != circuit.Closed {
+		t.Fatalf("listener: %d snapshots, state %v", len(snaps), b.State())
+	}
+}
+
+func TestCallRecordsPanicAsFailure(t *testing.T) {
+	b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1})
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = circuit.Call(context.Background(), b, func(context.Context) (int, error) { panic("bug") })
+	}()
+	if b.State() != circuit.Open {
+		t.Fatalf("panic not recorded as a failure: %v", b.State())
+	}
+	b.Reset()
+}
+
+func TestTimeWindowForgetsOldBuckets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(t, circuit.Config{WindowType: circuit.TimeBased, WindowDuration: 10 * time.Second, WindowBuckets: 10, MinCalls: 4, FailureRateThreshold: 50})
+		fail(b, 3)
+		time.Sleep(10 * time.Second) // the three failures slide out
+		succeed(b, 1)
+		fail(b, 1)
+		if s := b.Snapshot(); s.State != circuit.Closed || s.Calls != 2 {
+			t.Fatalf("old buckets still counted: %+v", s)
+		}
+		time.Sleep(9 * time.Second)
+		fail(b, 2) // 3 failures of 4 calls within 10s
+		if b.State() != circuit.Open {
+			t.Fatalf("state %v, want open", b.State())
+		}
+		b.Reset()
+	})
+}
+
+func TestConcurrentUseIsConsistent(t *testing.T) {
+	b := mustNew(t, circuit.Config{WindowSize: 1000, MinCalls: 1000})
+	var wg sync.WaitGroup
+	var n atomic.Int64
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5000 {
+				p, err := b.Allow()
+				if err != nil {
+					continue
+				}
+				n.Add(1)
+				if (g+i)%10 == 0 {
+					p.Done(watertight.Failure)
+				} else {
+					p.Done(watertight.Success)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s := b.Snapshot()
+	if s.State != circuit.Closed || s.Calls != 1000 || s.Failures < 50 || s.Failures > 150 {
+		t.Fatalf("after %d calls: %+v", n.Load(), s)
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	r, err := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{WindowSize: 1, MinCalls: 1}, MaxKeys: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, _ := r.Get("a")
+	a2, _ := r.Get("a")
+	if a1 != a2 || a1.Name() != "a" {
+		t.Fatalf("one breaker per key")
+	}
+	bb, _ := r.Get("b")
+	fail(a1, 1)
+	fail(bb, 1)
+	if _, err := r.Get("c"); !errors.Is(err, circuit.ErrTooManyKeys) {
+		t.Fatalf("full registry of open breakers: %v", err)
+	}
+	a1.Reset()
+	c, err := r.Get("c") // evicts the closed "a"
+	if err != nil || c.Name() != "c" || r.Len() != 2 {
+		t.Fatalf("eviction: %v len %d", err, r.Len())
+	}
+	snaps := r.Snapshots()
+	if len(snaps) != 2 || snaps[0].Name != "b" || snaps[0].State != circuit.Open || snaps[1].Name != "c" {
+		t.Fatalf("snapshots %+v", snaps)
+	}
+	if _, err := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{MinCalls: -1}}); err == nil {
+		t.Fatalf("bad config accepted")
+	}
+	bb.Reset()
+}

@@ -1,0 +1,68 @@
+package circuit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/circuit"
+)
+
+// A breaker for one dependency opens once half of its last calls failed, then
+// rejects at once without calling it.
+func Example() {
+	b, err := circuit.New(circuit.Config{
+		Name:                 "recommendations",
+		WindowSize:           10,
+		MinCalls:             4,
+		FailureRateThreshold: 50,
+		OnStateChange: func(ev circuit.StateChange) {
+			fmt.Printf("%s: %v -> %v (%s)\n", ev.Name, ev.From, ev.To, ev.Reason)
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	down := errors.New("connection refused")
+	calls := 0
+	for range 6 {
+		_, err := circuit.Call(context.Background(), b, func(context.Context) (string, error) {
+			calls++
+			return "", down
+		})
+		if errors.Is(err, circuit.ErrOpen) {
+			fmt.Println("rejected without calling; a rejection:", watertight.IsRejection(err))
+		}
+	}
+	fmt.Println("calls made:", calls)
+	// Output:
+	// recommendations: closed -> open (failure rate 100% >= 50% over 4 calls)
+	// rejected without calling; a rejection: true
+	// rejected without calling; a rejection: true
+	// calls made: 4
+}
+
+// The two-step form, for middleware: Allow before, Done (or Record) after.
+func ExampleBreaker_Allow() {
+	b, _ := circuit.New(circuit.Config{Name: "search"})
+	permit, err := b.Allow()
+	if err != nil {
+		fmt.Println("rejected:", err)
+		return
+	}
+	// ... make the call, then say how it went:
+	permit.Done(watertight.Success)
+	fmt.Println(b.Snapshot().Calls, "call recorded, state", b.State())
+	// Output: 1 call recorded, state closed
+}
+
+// One breaker per host, from one configuration.
+func ExampleRegistry() {
+	r, _ := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{MinCalls: 5, WindowSize: 10}})
+	a, _ := r.Get("api.example.com")
+	again, _ := r.Get("api.example.com")
+	other, _ := r.Get("cdn.example.com")
+	fmt.Println(a == again, a == other, r.Len())
+	// Output: true false 2
+}
