@@ -3,6 +3,7 @@ package watertight
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -170,14 +171,17 @@ func Do[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, er
 		}
 	}()
 	for i, pol := range p.policies {
-		c, t, err := pol.Enter(ctx)
+		// Enter's results go straight into the frame: a copy through
+		// temporaries costs more than the rest of the loop.
+		f := &frames[i]
+		var err error
+		f.ctx, f.t, err = pol.Enter(ctx)
 		if err != nil {
 			finished = true
 			return zero, p.unwind(frames, 0, entered, err)
 		}
-		frames[i] = frame{ctx: c, t: t}
 		entered++
-		ctx = c
+		ctx = f.ctx
 	}
 	v, err := fn(ctx)
 	finished = true
@@ -201,25 +205,98 @@ func (p *Pipeline) unwind(frames []frame, from, to int, err error) error {
 // really ends, so abandoned calls still count against the limit: isolation
 // holds, at the price of permits that stay held by work nobody waits for.
 // Other policies outside it (a circuit breaker) see the timeout at once.
+// This holds through nested detaching policies too (a total and an attempt
+// timeout that both abandon): a permit outside any of them is released only
+// when fn has returned.
+//
+// When fn panics while DoDetached waits for it, the policies exit with
+// ErrPanicked as in Do and the panic goes on in the caller's goroutine, with
+// the value fn panicked with (the stack trace is that of the re-panic). When fn
+// panics after DoDetached has returned, nobody is left to recover it: the held
+// resources are released with ErrPanicked and the panic goes on in the
+// detached goroutine, where it ends the program like any goroutine's panic.
+// A detached fn that calls runtime.Goexit ends the call with ErrPanicked.
 //
 // Cost, per call through a detaching policy: one goroutine, one channel and a
 // result record on the heap, and fn's closure escapes to the heap. A pipeline
-// without a detaching policy runs as Do does.
+// without a detaching policy runs as Do does, except that fn's closure still
+// escapes (one allocation when it captures variables): call Do where no
+// detaching policy can be present.
 func DoDetached[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, error)) (T, error) {
-	if p == nil || len(p.policies) == 0 {
-		return fn(ctx)
+	if p == nil || !p.detaches {
+		return Do(ctx, p, fn)
 	}
-	return runDetached(ctx, p, 0, fn)
+	v, _, err := runDetached(ctx, p, 0, fn)
+	return v, err
 }
 
-// detachedCall is the state shared by DoDetached and the goroutine that runs
-// the detached rest of the pipeline.
+// work is detached work that its caller abandoned and that may still be
+// running. The Exits of the Resource policies it holds wait for it: they are
+// registered with then and run by end.
+type work struct {
+	mu    sync.Mutex
+	ended bool
+	err   error
+	after []func(error)
+}
+
+// then runs f with the work's final error once the work has ended: at once if
+// it has.
+func (w *work) then(f func(error)) {
+	w.mu.Lock()
+	if !w.ended {
+		w.after = append(w.after, f)
+		w.mu.Unlock()
+		return
+	}
+	err := w.err
+	w.mu.Unlock()
+	f(err)
+}
+
+// end records that the work has ended with err and runs what waited for it,
+// in the order it was registered (innermost first).
+func (w *work) end(err error) {
+	w.mu.Lock()
+	w.ended, w.err = true, err
+	after := w.after
+	w.after = nil
+	w.mu.Unlock()
+	for _, f := range after {
+		f(err)
+	}
+}
+
+// heldExit is the pending Exit of a Resource policy that waits for abandoned
+// work.
+type heldExit struct {
+	pol Policy
+	ctx context.Context
+	t   Ticket
+}
+
+type heldExits []heldExit
+
+// exit calls the held Exits in order; their errors have nobody to go to.
+func (h heldExits) exit(err error) {
+	for _, x := range h {
+		x.pol.Exit(x.ctx, x.t, err)
+	}
+}
+
+// detachedCall is the state shared by the caller of runDetached and the
+// goroutine that runs the detached rest of the pipeline.
 type detachedCall[T any] struct {
 	state atomic.Int32 // callRunning, callFinished or callAbandoned
 	done  chan struct{}
-	v     T
-	err   error
-	held  []int // indexes of Resource policies whose Exit waits for the work
+	// Set by the goroutine before it closes done; read by the caller after.
+	v        T
+	err      error
+	inner    *work // non-nil: the work was abandoned further in and goes on
+	panicked bool
+	pv       any // what fn panicked with
+	// work is this call once the caller has abandoned it.
+	work work
 }
 
 const (
@@ -228,7 +305,49 @@ const (
 	callAbandoned
 )
 
-func runDetached[T any](ctx context.Context, p *Pipeline, from int, fn func(context.Context) (T, error)) (v T, err error) {
+// run runs policies [from, n) and fn in the detached goroutine and hands the
+// result to the caller, or, when the caller has abandoned the call, ends the
+// call's work so that the resources the caller left held are released.
+func (call *detachedCall[T]) run(ctx context.Context, p *Pipeline, from int, fn func(context.Context) (T, error)) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// fn panicked, or called runtime.Goexit (then recover returns nil);
+		// runDetached has already exited the policies it entered.
+		pv := recover()
+		call.err, call.panicked, call.pv = ErrPanicked, pv != nil, pv
+		if call.state.CompareAndSwap(callRunning, callFinished) {
+			close(call.done) // the caller exits its policies and panics again
+			return
+		}
+		call.work.end(ErrPanicked)
+		if pv != nil {
+			panic(pv) // nobody waits for this call to recover it
+		}
+	}()
+	v, inner, err := runDetached(ctx, p, from, fn)
+	returned = true
+	call.v, call.err, call.inner = v, err, inner
+	if call.state.CompareAndSwap(callRunning, callFinished) {
+		close(call.done)
+		return
+	}
+	// Abandoned: the caller has gone. What it left held is released when the
+	// work ends, which is now unless it was abandoned further in as well.
+	if inner != nil {
+		inner.then(call.work.end)
+	} else {
+		call.work.end(err)
+	}
+}
+
+// runDetached runs policies [from, n) and fn, detaching after each detaching
+// policy. w is non-nil when the call returned before fn did: fn is still
+// running, and the Exits of Resource policies [from, n) that it holds wait for
+// w to end.
+func runDetached[T any](ctx context.Context, p *Pipeline, from int, fn func(context.Context) (T, error)) (v T, w *work, err error) {
 	var zero T
 	frames := make([]frame, len(p.policies))
 	i := from
@@ -242,7 +361,7 @@ func runDetached[T any](ctx context.Context, p *Pipeline, from int, fn func(cont
 		c, t, err := p.policies[i].Enter(ctx)
 		if err != nil {
 			finished = true
-			return zero, p.unwind(frames, from, i, err)
+			return zero, nil, p.unwind(frames, from, i, err)
 		}
 		frames[i] = frame{ctx: c, t: t}
 		ctx = c
@@ -251,46 +370,48 @@ func runDetached[T any](ctx context.Context, p *Pipeline, from int, fn func(cont
 		}
 		// Detach after policy i.
 		call := &detachedCall[T]{done: make(chan struct{})}
-		for j := from; j < i; j++ {
-			if p.flags[j]&flagResource != 0 {
-				call.held = append(call.held, j)
-			}
-		}
-		at := i
-		go func() {
-			v, err := runDetached(c, p, at+1, fn)
-			call.v, call.err = v, err
-			if call.state.CompareAndSwap(callRunning, callFinished) {
-				close(call.done)
-				return
-			}
-			// Abandoned: the caller has gone; release what the work held.
-			for k := len(call.held) - 1; k >= 0; k-- {
-				j := call.held[k]
-				p.policies[j].Exit(frames[j].ctx, frames[j].t, err)
-			}
-		}()
+		go call.run(c, p, i+1, fn)
 		select {
 		case <-call.done:
-			finished = true
-			return call.v, p.unwind(frames, from, i+1, call.err)
 		case <-c.Done():
-		}
-		if !call.state.CompareAndSwap(callRunning, callAbandoned) {
-			<-call.done
-			finished = true
-			return call.v, p.unwind(frames, from, i+1, call.err)
+			if call.state.CompareAndSwap(callRunning, callAbandoned) {
+				finished = true
+				held, err := p.exitAbandoned(frames, from, i, c.Err())
+				call.work.then(held.exit)
+				return zero, &call.work, err
+			}
+			<-call.done // the work finished at the same time: use its result
 		}
 		finished = true
-		err = p.policies[i].Exit(c, frames[i].t, c.Err())
-		for j := i - 1; j >= from; j-- {
-			if p.flags[j]&flagResource == 0 {
-				err = p.policies[j].Exit(frames[j].ctx, frames[j].t, err)
-			}
+		if call.panicked {
+			p.unwind(frames, from, i+1, ErrPanicked)
+			panic(call.pv)
 		}
-		return zero, err
+		if call.inner != nil {
+			held, err := p.exitAbandoned(frames, from, i, call.err)
+			call.inner.then(held.exit)
+			return zero, call.inner, err
+		}
+		return call.v, nil, p.unwind(frames, from, i+1, call.err)
 	}
 	v, err = fn(ctx)
 	finished = true
-	return v, p.unwind(frames, from, len(p.policies), err)
+	return v, nil, p.unwind(frames, from, len(p.policies), err)
+}
+
+// exitAbandoned exits, innermost first, the detaching policy i and the
+// policies in [from, i) that hold no resource, and returns the Exits of the
+// Resource policies among them, innermost first, to run when the abandoned
+// work ends.
+func (p *Pipeline) exitAbandoned(frames []frame, from, i int, err error) (heldExits, error) {
+	err = p.policies[i].Exit(frames[i].ctx, frames[i].t, err)
+	var held heldExits
+	for j := i - 1; j >= from; j-- {
+		if p.flags[j]&flagResource != 0 {
+			held = append(held, heldExit{pol: p.policies[j], ctx: frames[j].ctx, t: frames[j].t})
+			continue
+		}
+		err = p.policies[j].Exit(frames[j].ctx, frames[j].t, err)
+	}
+	return held, err
 }

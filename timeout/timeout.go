@@ -92,8 +92,9 @@ func (t *Timeout) Exit(ctx context.Context, tk watertight.Ticket, err error) err
 }
 
 // Detaches reports whether the timeout abandons calls at its deadline; see
-// Config.Abandon and watertight.Detacher.
-func (t *Timeout) Detaches() bool { return t.abandon }
+// Config.Abandon and watertight.Detacher. A disabled timeout (negative
+// Config.Timeout) has no deadline and never detaches.
+func (t *Timeout) Detaches() bool { return t.abandon && t.d >= 0 }
 
 // Error is the error of a call that this package's timeout ended, and the
 // cause (context.Cause) of the contexts it derives.

@@ -1,0 +1,307 @@
+package keyed_test
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/watertight-go/watertight/internal/keyed"
+)
+
+var errFull = errors.New("test: full")
+
+type value struct {
+	key  string
+	idle atomic.Bool
+}
+
+// counter makes values and counts the calls per key.
+type counter struct {
+	mu    sync.Mutex
+	calls map[string]int
+	fail  map[string]error
+}
+
+func (c *counter) create(key string) (*value, error) {
+	runtime.Gosched() // widen the window in which a second create could start
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		c.calls = map[string]int{}
+	}
+	c.calls[key]++
+	if err := c.fail[key]; err != nil {
+		return nil, err
+	}
+	return &value{key: key}, nil
+}
+
+func (c *counter) n(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[key]
+}
+
+func idle(v *value) bool { return v.idle.Load() }
+
+func TestGetCreatesOncePerKey(t *testing.T) {
+	for _, keys := range []int{1, 10} {
+		t.Run(strconv.Itoa(keys), func(t *testing.T) {
+			var c counter
+			m := keyed.New(-1, c.create, nil)
+			const goroutines = 100
+			start := make(chan struct{})
+			got := make([]*value, goroutines)
+			var wg sync.WaitGroup
+			for i := range goroutines {
+				wg.Go(func() {
+					<-start
+					v, err := m.Get("k"+strconv.Itoa(i%keys), errFull)
+					if err != nil {
+						t.Error(err)
+					}
+					got[i] = v
+				})
+			}
+			close(start)
+			wg.Wait()
+			for k := range keys {
+				key := "k" + strconv.Itoa(k)
+				if n := c.n(key); n != 1 {
+					t.Errorf("create(%q) called %d times, want 1", key, n)
+				}
+			}
+			for i, v := range got {
+				if first := got[i%keys]; v != first || v.key != "k"+strconv.Itoa(i%keys) {
+					t.Errorf("goroutine %d got %p (%s), want %p", i, v, v.key, first)
+				}
+			}
+			if n := m.Len(); n != keys {
+				t.Errorf("Len = %d, want %d", n, keys)
+			}
+		})
+	}
+}
+
+func TestGetExisting(t *testing.T) {
+	var c counter
+	m := keyed.New(1, c.create, nil)
+	a, err := m.Get("a", errFull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The map is full, but an existing key is no new value.
+	for range 3 {
+		if v, err := m.Get("a", errFull); v != a || err != nil {
+			t.Fatalf("Get(a) = %p, %v; want %p, nil", v, err, a)
+		}
+	}
+	if n := c.n("a"); n != 1 {
+		t.Errorf("create called %d times, want 1", n)
+	}
+	if v, ok := m.Lookup("a"); v != a || !ok {
+		t.Errorf("Lookup(a) = %p, %v", v, ok)
+	}
+	if v, ok := m.Lookup("b"); v != nil || ok {
+		t.Errorf("Lookup(b) = %p, %v; want nil, false", v, ok)
+	}
+	if n := c.n("b"); n != 0 {
+		t.Error("Lookup created a value")
+	}
+}
+
+func TestBoundEvicts(t *testing.T) {
+	var c counter
+	m := keyed.New(2, c.create, idle)
+	a, _ := m.Get("a", errFull)
+	b, _ := m.Get("b", errFull)
+
+	// Nothing idle: the new key is refused and nothing is created.
+	if v, err := m.Get("c", errFull); err != errFull || v != nil {
+		t.Fatalf("Get(c) = %v, %v; want nil, the full error", v, err)
+	}
+	if n := c.n("c"); n != 0 {
+		t.Errorf("create(c) called %d times on a full map", n)
+	}
+	if n := m.Len(); n != 2 {
+		t.Errorf("Len = %d, want 2", n)
+	}
+
+	// b idle: c takes its place.
+	b.idle.Store(true)
+	cv, err := m.Get("c", errFull)
+	if err != nil || cv == nil || cv.key != "c" {
+		t.Fatalf("Get(c) = %v, %v", cv, err)
+	}
+	if _, ok := m.Lookup("b"); ok {
+		t.Error("the idle value was not evicted")
+	}
+	if v, ok := m.Lookup("a"); !ok || v != a {
+		t.Error("the busy value was evicted")
+	}
+	if n := m.Len(); n != 2 {
+		t.Errorf("Len = %d, want 2", n)
+	}
+
+	// b again: a fresh value, once a or c is idle.
+	if _, err := m.Get("b", errFull); err != errFull {
+		t.Errorf("Get(b) = %v, want the full error", err)
+	}
+	cv.idle.Store(true)
+	b2, err := m.Get("b", errFull)
+	if err != nil || b2 == b {
+		t.Errorf("Get(b) = %p, %v; want a new value", b2, err)
+	}
+	if n := c.n("b"); n != 2 {
+		t.Errorf("create(b) called %d times, want 2", n)
+	}
+	if keys := keysOf(m); fmt.Sprint(keys) != "[a b]" {
+		t.Errorf("keys = %v, want [a b]", keys)
+	}
+}
+
+func TestBoundNothingEvictable(t *testing.T) {
+	var c counter
+	m := keyed.New(1, c.create, nil)
+	if _, err := m.Get("a", errFull); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Get("b", errFull); err != errFull {
+		t.Errorf("Get(b) = %v, want the full error", err)
+	}
+	// max 0 holds nothing.
+	m0 := keyed.New(0, c.create, func(*value) bool { return true })
+	if _, err := m0.Get("x", errFull); err != errFull || m0.Len() != 0 {
+		t.Errorf("Get on a map bounded to 0 = %v, Len %d", err, m0.Len())
+	}
+}
+
+func TestUnbounded(t *testing.T) {
+	var c counter
+	m := keyed.New(-1, c.create, nil)
+	for i := range 1000 {
+		if _, err := m.Get(strconv.Itoa(i), errFull); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := m.Len(); n != 1000 {
+		t.Errorf("Len = %d, want 1000", n)
+	}
+}
+
+func TestCreateError(t *testing.T) {
+	errCreate := errors.New("bad key")
+	c := counter{fail: map[string]error{"bad": errCreate}}
+	m := keyed.New(2, c.create, idle)
+	for range 2 {
+		if v, err := m.Get("bad", errFull); err != errCreate || v != nil {
+			t.Fatalf("Get(bad) = %v, %v; want nil, the create error", v, err)
+		}
+	}
+	if n := c.n("bad"); n != 2 {
+		t.Errorf("create(bad) called %d times, want 2 (a failure is not stored)", n)
+	}
+	if _, ok := m.Lookup("bad"); ok || m.Len() != 0 {
+		t.Errorf("a failed create stored something: Len %d", m.Len())
+	}
+	if _, err := m.Get("good", errFull); err != nil || m.Len() != 1 {
+		t.Errorf("Get(good) = %v, Len %d", err, m.Len())
+	}
+}
+
+func TestDelete(t *testing.T) {
+	var c counter
+	m := keyed.New(2, c.create, nil)
+	a, _ := m.Get("a", errFull)
+	m.Get("b", errFull)
+	m.Delete("a")
+	m.Delete("a")       // twice
+	m.Delete("missing") // never there
+	if n := m.Len(); n != 1 {
+		t.Errorf("Len = %d, want 1", n)
+	}
+	if _, ok := m.Lookup("a"); ok {
+		t.Error("a still there")
+	}
+	// Room again, and a comes back fresh.
+	a2, err := m.Get("a", errFull)
+	if err != nil || a2 == a {
+		t.Errorf("Get(a) = %p, %v; want a new value", a2, err)
+	}
+	if n := m.Len(); n != 2 {
+		t.Errorf("Len = %d, want 2", n)
+	}
+}
+
+func keysOf(m *keyed.Map[*value]) []string {
+	var keys []string
+	m.Range(func(k string, v *value) bool {
+		if v.key != k {
+			panic("Range: value " + v.key + " under key " + k)
+		}
+		keys = append(keys, k)
+		return true
+	})
+	sort.Strings(keys)
+	return keys
+}
+
+func TestRange(t *testing.T) {
+	var c counter
+	m := keyed.New(-1, c.create, nil)
+	if keys := keysOf(m); len(keys) != 0 {
+		t.Errorf("empty map: %v", keys)
+	}
+	for _, k := range []string{"c", "a", "b"} {
+		m.Get(k, errFull)
+	}
+	if keys := keysOf(m); fmt.Sprint(keys) != "[a b c]" {
+		t.Errorf("keys = %v, want [a b c]", keys)
+	}
+	n := 0
+	m.Range(func(string, *value) bool { n++; return n < 2 })
+	if n != 2 {
+		t.Errorf("Range went on after false: %d calls", n)
+	}
+}
+
+// Concurrent Gets, Deletes and evictions keep Len equal to what the map
+// holds and never above the bound.
+func TestConcurrentChurn(t *testing.T) {
+	var c counter
+	const max = 8
+	m := keyed.New(max, c.create, func(*value) bool { return true })
+	var over atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				k := strconv.Itoa((g*7 + i) % 20)
+				if i%5 == 0 {
+					m.Delete(k)
+					continue
+				}
+				v, err := m.Get(k, errFull)
+				if err != nil || v.key != k {
+					t.Errorf("Get(%s) = %v, %v", k, v, err)
+					return
+				}
+				if m.Len() > max {
+					over.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := over.Load(); n != 0 {
+		t.Errorf("Len exceeded the bound %d times", n)
+	}
+	if n, k := m.Len(), len(keysOf(m)); n != k || n > max {
+		t.Errorf("Len = %d, Range saw %d keys, bound %d", n, k, max)
+	}
+}
