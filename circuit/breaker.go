@@ -75,7 +75,8 @@ type StateChange struct {
 	Name string
 	// From and To are the states before and after.
 	From, To State
-	// Reason says why, for logs: "failure rate 60% >= 50% over 20 calls",
+	// Reason says why, for logs: "failure rate 60% >= 50% over 20 calls"
+	// (with the failures and saturations apart when saturation counts),
 	// "open for 30s", "3 of 5 trial calls failed", "forced".
 	Reason string
 	// OpenFor is how long the breaker will stay open, when To is Open.
@@ -287,6 +288,9 @@ func (b *Breaker) tripReason(c counts) string {
 		fails += c.sats
 	}
 	if rate := percent(fails, c.calls); rate >= b.cfg.FailureRateThreshold {
+		if c.sats > 0 && b.cfg.CountSaturation {
+			return fmt.Sprintf("failure rate %.4g%% >= %.4g%% over %d calls (%d failures, %d saturated)", rate, b.cfg.FailureRateThreshold, c.calls, c.fails, c.sats)
+		}
 		return fmt.Sprintf("failure rate %.4g%% >= %.4g%% over %d calls", rate, b.cfg.FailureRateThreshold, c.calls)
 	}
 	if b.slow {
@@ -389,7 +393,6 @@ func (b *Breaker) openDuration(n int) time.Duration {
 	for i := 1; i < n && d < float64(b.cfg.MaxOpenDuration); i++ {
 		d *= b.cfg.OpenDurationMultiplier
 	}
-	d = min(d, float64(b.cfg.MaxOpenDuration))
 	if j := b.cfg.OpenJitter; j > 0 {
 		r := rand.Float64
 		if b.cfg.Rand != nil {
@@ -397,7 +400,8 @@ func (b *Breaker) openDuration(n int) time.Duration {
 		}
 		d *= 1 - j + 2*j*r()
 	}
-	return max(time.Duration(d), 1)
+	// The cap holds after jitter too.
+	return max(min(time.Duration(d), b.cfg.MaxOpenDuration), 1)
 }
 
 // halfOpen is the open timer's end: open → half-open.
@@ -412,15 +416,28 @@ func (b *Breaker) halfOpen(w uint64) {
 	b.emit(ev)
 }
 
-// halfOpenExpired opens again a half-open breaker whose trials did not end
-// within MaxHalfOpenWait.
+// halfOpenExpired ends a half-open state whose trials did not all end within
+// MaxHalfOpenWait: it decides on the trials that did end (closing if their
+// rates are below the thresholds), and opens again if none did — the
+// dependency did not answer, or a permit was lost.
 func (b *Breaker) halfOpenExpired(w uint64) {
 	b.mu.Lock()
 	if b.state.Load() != w {
 		b.mu.Unlock()
 		return
 	}
-	ev := b.setLocked(Open, fmt.Sprintf("trial calls did not end within %v (%d of %d ended)", b.cfg.MaxHalfOpenWait, b.trialDone, b.cfg.HalfOpenCalls))
+	var ev StateChange
+	n := int64(b.trialDone)
+	switch {
+	case n == 0:
+		ev = b.setLocked(Open, fmt.Sprintf("no trial call ended within %v", b.cfg.MaxHalfOpenWait))
+	case percent(int64(b.trialFails), n) >= b.cfg.FailureRateThreshold:
+		ev = b.setLocked(Open, fmt.Sprintf("%d of the %d trial calls that ended within %v failed", b.trialFails, n, b.cfg.MaxHalfOpenWait))
+	case b.slow && percent(int64(b.trialSlow), n) >= b.cfg.SlowCallRateThreshold:
+		ev = b.setLocked(Open, fmt.Sprintf("%d of the %d trial calls that ended within %v were slow", b.trialSlow, n, b.cfg.MaxHalfOpenWait))
+	default:
+		ev = b.setLocked(Closed, fmt.Sprintf("%d trial calls ended within %v, below the thresholds", n, b.cfg.MaxHalfOpenWait))
+	}
 	b.mu.Unlock()
 	b.emit(ev)
 }
@@ -463,6 +480,8 @@ type Snapshot struct {
 	State State
 	// Calls, Failures, SlowCalls and Saturated count the outcomes in the
 	// current window (closed or metrics-only; zero in other states).
+	// Saturated outcomes are recorded only when Config.CountSaturation is
+	// set; otherwise they are ignored and Saturated stays zero.
 	Calls, Failures, SlowCalls, Saturated int64
 	// FailureRate is the percentage compared with FailureRateThreshold
 	// (failures, plus saturations when CountSaturation is set); SlowCallRate

@@ -53,7 +53,6 @@ func TestBadConfig(t *testing.T) {
 		{circuit.Config{FailureRateThreshold: 101}, "FailureRateThreshold must be a percentage in (0, 100], got 101"},
 		{circuit.Config{FailureRateThreshold: -5}, "FailureRateThreshold must be a percentage in (0, 100]"},
 		{circuit.Config{SlowCallRateThreshold: 150}, "SlowCallRateThreshold must be a percentage in (0, 100]"},
-		{circuit.Config{SlowCallDuration: -time.Second}, "SlowCallDuration must be >= 0"},
 		{circuit.Config{OpenDuration: -time.Second}, "OpenDuration must be >= 0"},
 		{circuit.Config{OpenDurationMultiplier: 0.5}, "OpenDurationMultiplier must be 0 or >= 1"},
 		{circuit.Config{OpenDuration: time.Minute, MaxOpenDuration: time.Second}, "MaxOpenDuration must be >= OpenDuration"},
@@ -460,4 +459,59 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("bad config accepted")
 	}
 	bb.Reset()
+}
+
+func TestMaxHalfOpenWaitDecidesOnEndedTrials(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var reasons []string
+		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, HalfOpenCalls: 5, MaxHalfOpenWait: 3 * time.Second,
+			OnStateChange: func(ev circuit.StateChange) { mu.Lock(); reasons = append(reasons, ev.Reason); mu.Unlock() }})
+		fail(b, 1)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		succeed(b, 2) // a quiet dependency: only 2 of 5 trials come in time
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if b.State() != circuit.Closed {
+			t.Fatalf("state %v: two successful trials should close at MaxHalfOpenWait (%q)", b.State(), reasons)
+		}
+		if got := reasons[len(reasons)-1]; !strings.Contains(got, "2 trial calls ended within 3s") {
+			t.Fatalf("reason %q", got)
+		}
+	})
+}
+
+func TestJitterNeverPassesTheCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got time.Duration
+		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: 20 * time.Millisecond, MaxOpenDuration: 20 * time.Millisecond,
+			OpenJitter: 0.5, Rand: func() float64 { return 0.999 },
+			OnStateChange: func(ev circuit.StateChange) {
+				if ev.To == circuit.Open {
+					got = ev.OpenFor
+				}
+			}})
+		fail(b, 1)
+		if got != 20*time.Millisecond {
+			t.Fatalf("OpenFor %v, want the 20ms cap", got)
+		}
+		b.Reset()
+	})
+}
+
+func TestSaturationTripIsLabelled(t *testing.T) {
+	var reason string
+	b := mustNew(t, circuit.Config{WindowSize: 2, MinCalls: 2, CountSaturation: true,
+		OnStateChange: func(ev circuit.StateChange) { reason = ev.Reason }})
+	for range 2 {
+		p, _ := b.Allow()
+		p.Done(watertight.Saturated)
+	}
+	if !strings.Contains(reason, "0 failures, 2 saturated") {
+		t.Fatalf("reason %q does not tell saturation apart", reason)
+	}
+	b.Reset()
 }

@@ -72,8 +72,11 @@ type Config struct {
 	// Must be in (0, 100].
 	FailureRateThreshold float64
 	// SlowCallDuration is the duration from which a call counts as slow,
-	// even when it succeeds. Zero means slow calls are not measured (and the
-	// clock is not read for them); negative is an error.
+	// even when it succeeds. Zero or negative means slow calls are not
+	// measured, and the clock is not read for them. The duration runs from
+	// Allow (or the breaker's Enter) to Done (or Exit): in the standard order
+	// the breaker is outside the bulkhead, so a wait for a bulkhead permit
+	// counts in it.
 	SlowCallDuration time.Duration
 	// SlowCallRateThreshold is the slow-call rate, in percent, at or above
 	// which the breaker opens. Zero means DefaultSlowCallRateThreshold (100).
@@ -96,7 +99,7 @@ type Config struct {
 	// by MaxOpenDuration. Zero or 1 means no growth; it must not be below 1
 	// otherwise.
 	OpenDurationMultiplier float64
-	// MaxOpenDuration caps the grown open duration. Zero means
+	// MaxOpenDuration caps the grown and jittered open duration. Zero means
 	// 10·OpenDuration. Must not be negative nor below OpenDuration.
 	MaxOpenDuration time.Duration
 	// OpenJitter spreads open durations by a random fraction, so breakers
@@ -111,9 +114,13 @@ type Config struct {
 	// (at once, as soon as enough trials have failed to decide). Zero means
 	// DefaultHalfOpenCalls (5). Must not be negative.
 	HalfOpenCalls int
-	// MaxHalfOpenWait bounds the time in half-open: if the trial calls have
-	// not all ended by then, the breaker opens again. Zero means
-	// DefaultMaxHalfOpenWait (60s); negative means no bound.
+	// MaxHalfOpenWait bounds the time in half-open, for dependencies with
+	// little traffic and for trial permits that are never completed: when it
+	// runs out, the breaker decides on the trials that did end (closing if
+	// their rates are below the thresholds), and opens again if none did.
+	// Zero means DefaultMaxHalfOpenWait (60s); negative means no bound — then
+	// a trial permit that is never completed keeps the breaker half-open
+	// until Reset.
 	MaxHalfOpenWait time.Duration
 
 	// Classify maps a call's error to an outcome. If nil,
@@ -136,8 +143,9 @@ type Config struct {
 
 // DefaultConfig returns the configuration that zero fields resolve to: a
 // count window of 100 calls, at least 20 calls before tripping, 50% failure
-// rate, slow calls not measured, open for 30s, 5 trial calls, at most 60s in
-// half-open.
+// rate, slow calls not measured, open for 30s without growth, 5 trial calls,
+// at most 60s in half-open. MaxOpenDuration is left zero, so that it follows
+// OpenDuration (10·OpenDuration) when a caller changes the latter.
 func DefaultConfig() Config {
 	return Config{
 		WindowType:             CountBased,
@@ -206,7 +214,7 @@ func (c Config) resolve() (Config, error) {
 		return c, bad("SlowCallRateThreshold", "must be a percentage in (0, 100]", c.SlowCallRateThreshold)
 	}
 	if c.SlowCallDuration < 0 {
-		return c, bad("SlowCallDuration", "must be >= 0 (0 means slow calls are not measured)", c.SlowCallDuration)
+		c.SlowCallDuration = 0
 	}
 	if c.OpenDuration < 0 {
 		return c, bad("OpenDuration", "must be >= 0 (0 means 30s)", c.OpenDuration)

@@ -86,7 +86,16 @@ func (m *model) advance(t time.Duration) {
 			continue
 		case m.state == circuit.HalfOpen && m.cfg.MaxHalfOpenWait > 0 && m.hoEnd <= t:
 			m.now = m.hoEnd
-			m.set(circuit.Open)
+			// Decide on the trials that ended; none ended: open again.
+			n := float64(m.done)
+			switch {
+			case m.done == 0,
+				float64(m.fails)*100/n >= m.cfg.FailureRateThreshold,
+				m.cfg.SlowCallDuration > 0 && float64(m.slows)*100/n >= m.cfg.SlowCallRateThreshold:
+				m.set(circuit.Open)
+			default:
+				m.set(circuit.Closed)
+			}
 			continue
 		}
 		break

@@ -54,8 +54,12 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 }
 
 // Get returns the breaker for key, creating it closed on first use. When the
-// registry is full it evicts a closed breaker to make room, or returns
-// ErrTooManyKeys if every breaker is in another state.
+// registry is full it evicts a closed breaker to make room — any closed one,
+// not the least recently used, and its window is lost: a caller still holding
+// it records into a breaker nobody else sees, and the key's next Get starts
+// afresh. If every breaker is in another state, Get returns ErrTooManyKeys.
+// Size MaxKeys above the number of keys you expect, so that eviction is the
+// exception that protects memory, not a routine.
 func (r *Registry) Get(key string) (*Breaker, error) {
 	return r.m.Get(key, ErrTooManyKeys)
 }
