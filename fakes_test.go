@@ -100,13 +100,13 @@ func (r *recording) Enter(ctx context.Context) (context.Context, watertight.Tick
 	r.log.add("enter", r.name, nil)
 	c := context.WithValue(ctx, ctxKey(r.name), s)
 	r.ctxs.Store(s, c)
-	return c, watertight.Ticket{Seq: s, Start: time.Unix(int64(s), 0)}, nil
+	return c, watertight.Ticket{Seq: s, Start: int64(s) * 7}, nil
 }
 
 func (r *recording) Exit(ctx context.Context, t watertight.Ticket, err error) error {
 	r.exits.Add(1)
 	c, ok := r.ctxs.LoadAndDelete(t.Seq)
-	if !ok || c != ctx || !t.Start.Equal(time.Unix(int64(t.Seq), 0)) {
+	if !ok || c != ctx || t.Start != int64(t.Seq)*7 {
 		r.mismatch.Add(1)
 	}
 	r.log.add("exit", r.name, err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Policy is one protection in a Pipeline, in the two-step form that costs no
@@ -39,8 +38,9 @@ type Ticket struct {
 	// Seq is free for the policy: a circuit breaker keeps its generation here.
 	Seq uint64
 	// Start is free for the policy: a breaker that measures slow calls keeps
-	// the call's start time here.
-	Start time.Time
+	// the call's start here, in nanoseconds on a monotonic clock of its own
+	// (time.Since of a fixed instant costs half of time.Now).
+	Start int64
 	// Cancel is free for the policy: a timeout keeps its cancel function here.
 	Cancel context.CancelFunc
 }
@@ -75,9 +75,6 @@ var ErrPanicked = errors.New("watertight: the protected function panicked")
 // holds a detaching policy: such a pipeline runs through DoDetached, which
 // may leave the function running in a goroutine after it returns.
 var ErrNeedsDetached = errors.New("watertight: the pipeline detaches abandoned calls (a timeout with Abandon set): call DoDetached instead of Do")
-
-// inlineFrames is how many policies Do tracks without allocating.
-const inlineFrames = 8
 
 const (
 	flagResource uint8 = 1 << iota
@@ -144,8 +141,8 @@ func (p *Pipeline) Run(ctx context.Context, fn func(context.Context) error) erro
 // without calling fn, after exiting the policies already entered. Otherwise fn
 // runs in the caller's goroutine under the context the innermost policy gave,
 // and the policies exit innermost first, each seeing (and possibly replacing)
-// the error. On the success path Do allocates nothing for up to 8 policies
-// and does not keep fn after it returns.
+// the error. On the success path Do allocates nothing (the policies may: a
+// timeout's context does) and does not keep fn after it returns.
 //
 // A nil or empty p calls fn directly. A pipeline holding a detaching policy
 // returns ErrNeedsDetached without running anything: use DoDetached.
@@ -153,39 +150,36 @@ func Do[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, er
 	if p == nil || len(p.policies) == 0 {
 		return fn(ctx)
 	}
-	var zero T
 	if p.detaches {
+		var zero T
 		return zero, ErrNeedsDetached
 	}
-	var buf [inlineFrames]frame
-	frames := buf[:]
-	if len(p.policies) > inlineFrames {
-		frames = make([]frame, len(p.policies))
+	return step(ctx, p.policies, fn)
+}
+
+// step runs policy ps[0] around the rest of the pipeline. Recursion keeps
+// each policy's context and ticket in registers and on its own small frame,
+// which measured about a third faster than a loop over an array of frames
+// that had to be cleared on every call.
+func step[T any](ctx context.Context, ps []Policy, fn func(context.Context) (T, error)) (v T, err error) {
+	pol := ps[0]
+	c, t, err := pol.Enter(ctx)
+	if err != nil {
+		return v, err
 	}
-	n := len(p.policies)
-	entered := 0
-	finished := false
+	ended := false
 	defer func() {
-		if !finished { // fn panicked: release what was entered; the panic goes on.
-			p.unwind(frames, 0, entered, ErrPanicked)
+		if !ended { // fn panicked: exit with ErrPanicked; the panic goes on.
+			pol.Exit(c, t, ErrPanicked)
 		}
 	}()
-	for i, pol := range p.policies {
-		// Enter's results go straight into the frame: a copy through
-		// temporaries costs more than the rest of the loop.
-		f := &frames[i]
-		var err error
-		f.ctx, f.t, err = pol.Enter(ctx)
-		if err != nil {
-			finished = true
-			return zero, p.unwind(frames, 0, entered, err)
-		}
-		entered++
-		ctx = f.ctx
+	if len(ps) == 1 {
+		v, err = fn(c)
+	} else {
+		v, err = step(c, ps[1:], fn)
 	}
-	v, err := fn(ctx)
-	finished = true
-	return v, p.unwind(frames, 0, n, err)
+	ended = true
+	return v, pol.Exit(c, t, err)
 }
 
 // unwind exits policies [from, to) innermost first.

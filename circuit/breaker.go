@@ -102,8 +102,9 @@ type Breaker struct {
 	_        [48]byte
 	rejected stripe.Counter
 
-	cfg  Config
-	slow bool // cfg.SlowCallDuration > 0
+	cfg   Config
+	slow  bool      // cfg.SlowCallDuration > 0
+	epoch time.Time // the breaker's clock: now() is time.Since(epoch)
 
 	mu          sync.Mutex
 	timer       *time.Timer
@@ -122,11 +123,15 @@ func New(cfg Config) (*Breaker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Breaker{cfg: c, slow: c.SlowCallDuration > 0}
-	b.win.Store(newWindow(&b.cfg, 0))
+	b := &Breaker{cfg: c, slow: c.SlowCallDuration > 0, epoch: time.Now()}
+	b.win.Store(newWindow(&b.cfg, 0, 0))
 	b.state.Store(uint64(Closed))
 	return b, nil
 }
+
+// now reads the breaker's monotonic clock, in nanoseconds since New: one
+// clock read, where time.Now makes two.
+func (b *Breaker) now() int64 { return int64(time.Since(b.epoch)) }
 
 // Name returns the breaker's Config.Name.
 func (b *Breaker) Name() string { return b.cfg.Name }
@@ -139,7 +144,7 @@ func (b *Breaker) State() State { return stateOf(b.state.Load()) }
 type Permit struct {
 	b     *Breaker
 	w     uint64
-	start time.Time
+	start int64 // b.now() at Allow, when slow calls are measured
 }
 
 // Allow asks to make one call. It returns a Permit, or ErrOpen (open or
@@ -151,7 +156,7 @@ func (b *Breaker) Allow() (Permit, error) {
 	case Closed, MetricsOnly:
 		p := Permit{b: b, w: w}
 		if b.slow {
-			p.start = time.Now()
+			p.start = b.now()
 		}
 		return p, nil
 	case Disabled:
@@ -162,7 +167,7 @@ func (b *Breaker) Allow() (Permit, error) {
 		}
 		p := Permit{b: b, w: w}
 		if b.slow {
-			p.start = time.Now()
+			p.start = b.now()
 		}
 		return p, nil
 	}
@@ -226,7 +231,7 @@ func (p Permit) Record(ctx context.Context, err error) {
 }
 
 // record is the end of every permitted call.
-func (b *Breaker) record(w uint64, start time.Time, o watertight.Outcome) {
+func (b *Breaker) record(w uint64, start int64, o watertight.Outcome) {
 	st := stateOf(w)
 	if st == Disabled {
 		return
@@ -248,10 +253,10 @@ func (b *Breaker) record(w uint64, start time.Time, o watertight.Outcome) {
 		}
 		return
 	}
-	var now time.Time
+	var now int64
 	if b.slow {
-		now = time.Now()
-		if now.Sub(start) >= b.cfg.SlowCallDuration {
+		now = b.now()
+		if time.Duration(now-start) >= b.cfg.SlowCallDuration {
 			code |= codeSlow
 		}
 	}
@@ -266,8 +271,8 @@ func (b *Breaker) record(w uint64, start time.Time, o watertight.Outcome) {
 	var c counts
 	var bad bool
 	if win.buckets != nil {
-		if now.IsZero() {
-			now = time.Now()
+		if !b.slow {
+			now = b.now()
 		}
 		c, bad = win.addTime(now, code)
 	} else {
@@ -366,7 +371,7 @@ func (b *Breaker) setLocked(to State, reason string) StateChange {
 	switch to {
 	case Closed, MetricsOnly:
 		b.consecutive = 0
-		b.win.Store(newWindow(&b.cfg, gen))
+		b.win.Store(newWindow(&b.cfg, gen, b.now()))
 	case Open:
 		b.opens++
 		b.consecutive++
@@ -509,7 +514,7 @@ func (b *Breaker) Snapshot() Snapshot {
 	s.Rejected = b.rejected.Load()
 	if s.State == Closed || s.State == MetricsOnly {
 		if win := b.win.Load(); win.gen == genOf(w) {
-			c := win.totals()
+			c := win.totals(b.now())
 			s.Calls, s.Failures, s.SlowCalls, s.Saturated = c.calls, c.fails, c.slows, c.sats
 			fails := c.fails
 			if b.cfg.CountSaturation {

@@ -3,7 +3,6 @@ package circuit
 import (
 	"math/bits"
 	"sync/atomic"
-	"time"
 )
 
 // Outcome codes kept in a window slot: bit flags, 0 is a fast success.
@@ -39,7 +38,7 @@ type window struct {
 	// Time-based: buckets rotated lazily by the calls that land in them.
 	buckets []bucket
 	width   int64 // bucket span in nanoseconds
-	origin  time.Time
+	origin  int64 // the breaker's clock when the window began
 }
 
 type bucket struct {
@@ -51,7 +50,7 @@ type bucket struct {
 	_     [24]byte
 }
 
-func newWindow(c *Config, gen uint64) *window {
+func newWindow(c *Config, gen uint64, now int64) *window {
 	w := &window{gen: gen}
 	if c.WindowType == TimeBased {
 		w.buckets = make([]bucket, c.WindowBuckets)
@@ -59,7 +58,7 @@ func newWindow(c *Config, gen uint64) *window {
 			w.buckets[i].epoch.Store(-1)
 		}
 		w.width = int64(c.WindowDuration) / int64(c.WindowBuckets)
-		w.origin = time.Now()
+		w.origin = now
 		return w
 	}
 	w.slots = make([]atomic.Uint32, c.WindowSize)
@@ -122,8 +121,8 @@ func (w *window) countTotals() counts {
 
 // addTime records one outcome that ended at now in a time window and returns
 // the window's counts.
-func (w *window) addTime(now time.Time, code uint32) (counts, bool) {
-	e := int64(now.Sub(w.origin)) / w.width
+func (w *window) addTime(now int64, code uint32) (counts, bool) {
+	e := (now - w.origin) / w.width
 	b := &w.buckets[e%int64(len(w.buckets))]
 	if cur := b.epoch.Load(); cur != e {
 		// The bucket holds an older span: the first caller to claim it
@@ -167,10 +166,10 @@ func (w *window) timeTotals(e int64) counts {
 	return c
 }
 
-// totals returns the window's counts now.
-func (w *window) totals() counts {
+// totals returns the window's counts at now.
+func (w *window) totals(now int64) counts {
 	if w.buckets != nil {
-		return w.timeTotals(int64(time.Since(w.origin)) / w.width)
+		return w.timeTotals((now - w.origin) / w.width)
 	}
 	return w.countTotals()
 }
