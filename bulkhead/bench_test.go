@@ -1,0 +1,122 @@
+package bulkhead_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/bulkhead"
+)
+
+func newBench(b *testing.B, cfg bulkhead.Config) *bulkhead.Bulkhead {
+	b.Helper()
+	bh, err := bulkhead.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return bh
+}
+
+// BenchmarkAcquireRelease takes and gives back a permit that is always free:
+// the fast path.
+func BenchmarkAcquireRelease(b *testing.B) {
+	ctx := context.Background()
+	b.Run("sequential", func(b *testing.B) {
+		bh := newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20})
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := bh.Acquire(ctx); err != nil {
+				b.Fatal(err)
+			}
+			bh.Release()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		bh := newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := bh.Acquire(ctx); err != nil {
+					b.Error(err)
+					return
+				}
+				bh.Release()
+			}
+		})
+	})
+	b.Run("try/parallel", func(b *testing.B) {
+		bh := newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if !bh.TryAcquire() {
+					b.Error("TryAcquire failed")
+					return
+				}
+				bh.Release()
+			}
+		})
+	})
+}
+
+// BenchmarkFull is the rejection of a full bulkhead that does not wait.
+func BenchmarkFull(b *testing.B) {
+	ctx := context.Background()
+	full := func(b *testing.B) *bulkhead.Bulkhead {
+		bh := newBench(b, bulkhead.Config{MaxConcurrent: 1})
+		if !bh.TryAcquire() {
+			b.Fatal("TryAcquire failed on an empty bulkhead")
+		}
+		b.Cleanup(bh.Release)
+		return bh
+	}
+	b.Run("sequential", func(b *testing.B) {
+		bh := full(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			if bh.Acquire(ctx) == nil {
+				b.Fatal("acquired a full bulkhead")
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		bh := full(b)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if bh.Acquire(ctx) == nil {
+					b.Error("acquired a full bulkhead")
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkPipeline is watertight.Do through a pipeline holding only the
+// bulkhead.
+func BenchmarkPipeline(b *testing.B) {
+	ctx := context.Background()
+	fn := func(context.Context) (int, error) { return 1, nil }
+	b.Run("sequential", func(b *testing.B) {
+		p := watertight.New(newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20}))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := watertight.Do(ctx, p, fn); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		p := watertight.New(newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20}))
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := watertight.Do(ctx, p, fn); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}

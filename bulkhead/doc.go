@@ -1,0 +1,46 @@
+// Package bulkhead keeps one dependency from taking everything: it bounds how
+// much of the caller's capacity (goroutines, connections, memory) calls to
+// that dependency may hold at once. Like the watertight compartments of a
+// ship's hull, a flood in one (a dependency that slows down, so calls to it
+// pile up) stays there, and calls to the other dependencies go on.
+//
+// # Semaphore bulkhead
+//
+// [Bulkhead] is a counting semaphore: a call takes a permit before it runs
+// and gives it back when it ends, on the caller's own goroutine. When all
+// [Config].MaxConcurrent permits are held, a new call is refused at once with
+// [ErrFull], or waits for a permit up to [Config].MaxWait, first come, first
+// served. Taking and giving back a permit when nobody waits costs a few
+// atomic operations and no allocation, and refusing costs two atomic loads
+// and a counter increment, so it can sit on every call. A Bulkhead is a [watertight.Policy]: put it in
+// a pipeline, inside the circuit breaker and outside the attempt timeout:
+//
+//	fallback → total deadline → retry | hedge → breaker → bulkhead → attempt timeout → call
+//
+// [Registry] holds one Bulkhead per key (a tenant, a host), bounded in the
+// number of keys.
+//
+// # Worker pool
+//
+// [Pool] runs tasks on a fixed set of worker goroutines with a bounded queue
+// in front: at most [PoolConfig].Workers tasks run at once, and when the
+// queue is full [Pool.Submit] and [Call] refuse at once with [ErrQueueFull].
+// Tasks wait in the queue at most [PoolConfig].MaxQueueWait, and a task whose
+// context has ended is dropped before it runs.
+//
+// # Which one
+//
+// Use the semaphore bulkhead by default: it adds almost nothing to a call,
+// keeps the call on the caller's goroutine (its stack, its context values,
+// its panics) and needs no shutdown. Use the pool when the work must leave
+// the caller's goroutine: when the caller has to be able to stop waiting
+// while the work keeps its place under the limit until it really ends (code
+// that ignores its context), when tasks are fire-and-forget, or when you want
+// a queue of bounded length and age in front of a fixed number of workers.
+// It costs a hand-off between goroutines and an allocation or two per task,
+// and must be shut down.
+//
+// All rejections satisfy [watertight.IsRejection] (never retried, not a
+// failure of the dependency), and the saturation ones ([ErrFull],
+// [ErrQueueFull], [ErrQueueTimeout]) also [watertight.IsSaturation].
+package bulkhead

@@ -1,0 +1,87 @@
+package bulkhead
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/watertight-go/watertight/internal/keyed"
+)
+
+// DefaultMaxKeys is the key bound used when RegistryConfig.MaxKeys is zero.
+const DefaultMaxKeys = 1000
+
+// RegistryConfig configures a Registry.
+type RegistryConfig struct {
+	// Config configures every key's bulkhead, except its Name: each key's
+	// bulkhead is named by its key.
+	Config
+	// MaxKeys bounds the number of bulkheads held. Zero means
+	// DefaultMaxKeys; a negative value means no bound.
+	MaxKeys int
+}
+
+// Registry holds one Bulkhead per key (a tenant, a host, an endpoint),
+// created on first use, so that each key is isolated from the others. It is
+// bounded: when it holds MaxKeys bulkheads, a new key evicts an idle one
+// (nobody holds or waits for a permit), or is refused with ErrTooManyKeys.
+//
+// A Registry is safe for concurrent use; Get on a key already held takes no
+// lock. Build it with NewRegistry: the zero value is not usable.
+type Registry struct {
+	m *keyed.Map[*Bulkhead]
+}
+
+// NewRegistry returns a Registry for cfg. It fails, naming the field and the
+// rule, when cfg.Config is invalid, as New does.
+func NewRegistry(cfg RegistryConfig) (*Registry, error) {
+	if err := cfg.Config.validate("RegistryConfig.Config"); err != nil {
+		return nil, err
+	}
+	maxKeys := cfg.MaxKeys
+	switch {
+	case maxKeys == 0:
+		maxKeys = DefaultMaxKeys
+	case maxKeys < 0:
+		maxKeys = -1
+	}
+	bc := cfg.Config
+	create := func(key string) (*Bulkhead, error) {
+		c := bc
+		c.Name = key
+		return newBulkhead(c), nil
+	}
+	return &Registry{m: keyed.New(maxKeys, create, (*Bulkhead).idle)}, nil
+}
+
+// Get returns key's bulkhead, creating it on first use. When the registry
+// holds MaxKeys bulkheads it evicts an idle one first; when none is idle, it
+// returns ErrTooManyKeys.
+//
+// An evicted bulkhead keeps working for callers that got it before, but a
+// later Get of its key creates a new one: a caller that keeps a bulkhead
+// across an eviction can briefly let that key run up to twice its limit.
+// Call Get for each call rather than keeping the result.
+func (r *Registry) Get(key string) (*Bulkhead, error) {
+	b, err := r.m.Get(key, ErrTooManyKeys)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Len returns the number of bulkheads held.
+func (r *Registry) Len() int { return r.m.Len() }
+
+// Snapshots returns a Snapshot of each bulkhead held, with Name set to its
+// key, sorted by key.
+func (r *Registry) Snapshots() []Snapshot {
+	out := make([]Snapshot, 0, r.m.Len())
+	r.m.Range(func(key string, b *Bulkhead) bool {
+		s := b.Snapshot()
+		s.Name = key
+		out = append(out, s)
+		return true
+	})
+	slices.SortFunc(out, func(a, b Snapshot) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
