@@ -57,3 +57,40 @@ func IsSaturation(err error) bool {
 	}
 	return errors.As(err, &r) && r.Rejection() && r.Saturation()
 }
+
+// ErrOverloaded is the "overloaded, don't retry" signal between layers: a
+// dependency (or the layer below, which already retried) says that trying
+// again would only add load. Retry policies treat an error that matches it
+// (IsOverloaded) as final; the HTTP and gRPC adapters carry it on the wire.
+var ErrOverloaded = errors.New("watertight: overloaded, do not retry")
+
+// Overloaded returns err marked with the "overloaded, don't retry" signal:
+// errors.Is(result, ErrOverloaded) holds and the result unwraps to err.
+// Overloaded(nil) returns ErrOverloaded.
+func Overloaded(err error) error {
+	if err == nil {
+		return ErrOverloaded
+	}
+	return &overloaded{err: err}
+}
+
+type overloaded struct{ err error }
+
+func (e *overloaded) Error() string        { return e.err.Error() + " (overloaded, do not retry)" }
+func (e *overloaded) Unwrap() error        { return e.err }
+func (e *overloaded) Is(target error) bool { return target == ErrOverloaded }
+
+// IsOverloaded reports whether err carries the "overloaded, don't retry"
+// signal: it matches ErrOverloaded, or some error in its chain has a method
+// Overloaded() bool that returns true (a retry package's exhausted error
+// does, so that the layers above do not retry what this one already did).
+func IsOverloaded(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrOverloaded) {
+		return true
+	}
+	var o interface{ Overloaded() bool }
+	return errors.As(err, &o) && o.Overloaded()
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Policy is one protection in a Pipeline, in the two-step form that costs no
@@ -66,6 +67,25 @@ type Detacher interface {
 	Detaches() bool
 }
 
+// Repeater is implemented by a Policy that may run the rest of the pipeline
+// again after it failed: a retry. After each run of the rest that ends with a
+// non-nil error, Do calls Again with that error and the Ticket (first the
+// one Enter returned, then the one the previous Again returned: Again updates
+// it to count attempts, say). Again returns the updated Ticket, whether to
+// run again and how long to wait first. Do waits under
+// the context Enter returned; if that context ends during the wait, Do stops
+// repeating. Either way Exit is called once, after the last run, with the
+// last run's error (and the Ticket as Again left it), and decides what to
+// return: the policy may wrap the error to say why it stopped.
+//
+// The rest of the pipeline is entered afresh on each run, so a breaker or
+// bulkhead inside the repeater sees every attempt. Do reads whether a policy
+// repeats once, in New.
+type Repeater interface {
+	Policy
+	Again(ctx context.Context, t Ticket, err error) (next Ticket, wait time.Duration, again bool)
+}
+
 // ErrPanicked is the error that Exit sees when the protected function
 // panicked. The panic itself is not recovered: it goes on after the policies
 // have exited.
@@ -79,6 +99,7 @@ var ErrNeedsDetached = errors.New("watertight: the pipeline detaches abandoned c
 const (
 	flagResource uint8 = 1 << iota
 	flagDetach
+	flagRepeat
 )
 
 type frame struct {
@@ -113,6 +134,9 @@ func New(policies ...Policy) *Pipeline {
 		if d, ok := pol.(Detacher); ok && d.Detaches() {
 			f |= flagDetach
 			p.detaches = true
+		}
+		if _, ok := pol.(Repeater); ok {
+			f |= flagRepeat
 		}
 		p.policies = append(p.policies, pol)
 		p.flags = append(p.flags, f)
@@ -154,15 +178,15 @@ func Do[T any](ctx context.Context, p *Pipeline, fn func(context.Context) (T, er
 		var zero T
 		return zero, ErrNeedsDetached
 	}
-	return step(ctx, p.policies, fn)
+	return step(ctx, p, 0, fn)
 }
 
-// step runs policy ps[0] around the rest of the pipeline. Recursion keeps
-// each policy's context and ticket in registers and on its own small frame,
-// which measured about a third faster than a loop over an array of frames
-// that had to be cleared on every call.
-func step[T any](ctx context.Context, ps []Policy, fn func(context.Context) (T, error)) (v T, err error) {
-	pol := ps[0]
+// step runs policy i around the rest of the pipeline. Recursion keeps each
+// policy's context and ticket in registers and on its own small frame, which
+// measured about a third faster than a loop over an array of frames that had
+// to be cleared on every call.
+func step[T any](ctx context.Context, p *Pipeline, i int, fn func(context.Context) (T, error)) (v T, err error) {
+	pol := p.policies[i]
 	c, t, err := pol.Enter(ctx)
 	if err != nil {
 		return v, err
@@ -173,13 +197,53 @@ func step[T any](ctx context.Context, ps []Policy, fn func(context.Context) (T, 
 			pol.Exit(c, t, ErrPanicked)
 		}
 	}()
-	if len(ps) == 1 {
+	switch {
+	case p.flags[i]&flagRepeat != 0:
+		v, t, err = repeat(c, p, i, t, fn)
+	case i+1 == len(p.policies):
 		v, err = fn(c)
-	} else {
-		v, err = step(c, ps[1:], fn)
+	default:
+		v, err = step(c, p, i+1, fn)
 	}
 	ended = true
 	return v, pol.Exit(c, t, err)
+}
+
+// repeat runs the rest of the pipeline after the repeating policy i until it
+// succeeds or the policy's Again says stop.
+func repeat[T any](ctx context.Context, p *Pipeline, i int, t Ticket, fn func(context.Context) (T, error)) (v T, _ Ticket, err error) {
+	rep := p.policies[i].(Repeater)
+	for {
+		if i+1 == len(p.policies) {
+			v, err = fn(ctx)
+		} else {
+			v, err = step(ctx, p, i+1, fn)
+		}
+		if err == nil {
+			return v, t, nil
+		}
+		var wait time.Duration
+		var again bool
+		t, wait, again = rep.Again(ctx, t, err)
+		if !again || !sleep(ctx, wait) {
+			return v, t, err
+		}
+	}
+}
+
+// sleep waits for d under ctx and reports whether it waited the whole time.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // unwind exits policies [from, to) innermost first.
@@ -359,6 +423,20 @@ func runDetached[T any](ctx context.Context, p *Pipeline, from int, fn func(cont
 		}
 		frames[i] = frame{ctx: c, t: t}
 		ctx = c
+		if p.flags[i]&flagRepeat != 0 {
+			v, t, works, err := repeatDetached(c, p, i, t, fn)
+			frames[i].t = t
+			finished = true
+			if len(works) > 0 {
+				// Attempts abandoned further in are still running: the
+				// resources outside the repeater wait for all of them.
+				held, err := p.exitAbandoned(frames, from, i, err)
+				w := allOf(works)
+				w.then(held.exit)
+				return v, w, err
+			}
+			return v, nil, p.unwind(frames, from, i+1, err)
+		}
 		if p.flags[i]&flagDetach == 0 || c.Done() == nil {
 			continue
 		}
@@ -391,6 +469,51 @@ func runDetached[T any](ctx context.Context, p *Pipeline, from int, fn func(cont
 	v, err = fn(ctx)
 	finished = true
 	return v, nil, p.unwind(frames, from, len(p.policies), err)
+}
+
+// repeatDetached is repeat for DoDetached: it returns the work of the
+// attempts that were abandoned further in and still run.
+func repeatDetached[T any](ctx context.Context, p *Pipeline, i int, t Ticket, fn func(context.Context) (T, error)) (v T, _ Ticket, works []*work, err error) {
+	rep := p.policies[i].(Repeater)
+	for {
+		var w *work
+		if i+1 == len(p.policies) {
+			v, err = fn(ctx)
+		} else {
+			v, w, err = runDetached(ctx, p, i+1, fn)
+		}
+		if w != nil {
+			works = append(works, w)
+		}
+		if err == nil {
+			return v, t, works, nil
+		}
+		var wait time.Duration
+		var again bool
+		t, wait, again = rep.Again(ctx, t, err)
+		if !again || !sleep(ctx, wait) {
+			return v, t, works, err
+		}
+	}
+}
+
+// allOf returns work that ends when every one of ws has ended, with the
+// error of the last to end.
+func allOf(ws []*work) *work {
+	if len(ws) == 1 {
+		return ws[0]
+	}
+	all := &work{}
+	var left atomic.Int32
+	left.Store(int32(len(ws)))
+	for _, w := range ws {
+		w.then(func(err error) {
+			if left.Add(-1) == 0 {
+				all.end(err)
+			}
+		})
+	}
+	return all
 }
 
 // exitAbandoned exits, innermost first, the detaching policy i and the
