@@ -197,23 +197,31 @@ func step[T any](ctx context.Context, p *Pipeline, i int, fn func(context.Contex
 			pol.Exit(c, t, ErrPanicked)
 		}
 	}()
-	switch {
-	case p.flags[i]&flagRepeat != 0:
-		v, t, err = repeat(c, p, i, t, fn)
-	case i+1 == len(p.policies):
+	if i+1 == len(p.policies) {
 		v, err = fn(c)
-	default:
+	} else {
 		v, err = step(c, p, i+1, fn)
+	}
+	if err != nil && p.flags[i]&flagRepeat != 0 {
+		v, t, err = repeat(c, p, i, t, err, fn)
 	}
 	ended = true
 	return v, pol.Exit(c, t, err)
 }
 
-// repeat runs the rest of the pipeline after the repeating policy i until it
-// succeeds or the policy's Again says stop.
-func repeat[T any](ctx context.Context, p *Pipeline, i int, t Ticket, fn func(context.Context) (T, error)) (v T, _ Ticket, err error) {
+// repeat runs the rest of the pipeline after the repeating policy i again,
+// after a first run failed with err, until a run succeeds or the policy's
+// Again says stop. (The first run is step's own, which keeps the success
+// path one call shorter.)
+func repeat[T any](ctx context.Context, p *Pipeline, i int, t Ticket, err error, fn func(context.Context) (T, error)) (v T, _ Ticket, _ error) {
 	rep := p.policies[i].(Repeater)
 	for {
+		var wait time.Duration
+		var again bool
+		t, wait, again = rep.Again(ctx, t, err)
+		if !again || !sleep(ctx, wait) {
+			return v, t, err
+		}
 		if i+1 == len(p.policies) {
 			v, err = fn(ctx)
 		} else {
@@ -221,12 +229,6 @@ func repeat[T any](ctx context.Context, p *Pipeline, i int, t Ticket, fn func(co
 		}
 		if err == nil {
 			return v, t, nil
-		}
-		var wait time.Duration
-		var again bool
-		t, wait, again = rep.Again(ctx, t, err)
-		if !again || !sleep(ctx, wait) {
-			return v, t, err
 		}
 	}
 }

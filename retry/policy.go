@@ -1,0 +1,256 @@
+package retry
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/backoff"
+	"github.com/watertight-go/watertight/budget"
+)
+
+// Defaults used for zero fields of Config.
+const (
+	DefaultMaxAttempts = 3
+	DefaultMaxDelay    = 30 * time.Second
+)
+
+// Config configures a Policy. The zero value is valid: three attempts,
+// backoff.DefaultConfig (full jitter), no budget, and only calls marked
+// idempotent retried.
+type Config struct {
+	// Name labels the policy in events. It may be empty.
+	Name string
+	// MaxAttempts is the number of attempts, the first included. Zero means
+	// DefaultMaxAttempts (3: two retries); 1 means no retry. Negative is an
+	// error.
+	MaxAttempts int
+	// Backoff computes the wait before each retry. If nil,
+	// backoff.New(backoff.DefaultConfig()).
+	Backoff *backoff.Backoff
+	// MaxDelay caps every wait, a server's Retry-After included. Zero means
+	// DefaultMaxDelay (30s); negative is an error.
+	MaxDelay time.Duration
+	// Idempotent says that every call through this policy is safe to repeat.
+	// If false, only calls whose context is marked with Idempotent or
+	// WithIdempotencyKey are retried.
+	Idempotent bool
+	// MinAttemptTime is the least time an attempt must have: a retry whose
+	// wait would leave less than this before the context's deadline is
+	// skipped (ErrNoTime) and the last error returned at once. Zero means
+	// only that no wait runs past the deadline; negative is an error.
+	MinAttemptTime time.Duration
+	// Retryable decides whether an error is worth retrying. If nil,
+	// IsTransient. A rejection, a cancellation and the overloaded signal are
+	// never retried, whatever it says.
+	Retryable func(err error) bool
+	// Budget, if not nil, is deposited into by every call and must grant
+	// every retry: share one Budget between all the policies in front of one
+	// dependency.
+	Budget *budget.Budget
+	// OnEvent, if not nil, is called in the caller's goroutine for every
+	// retry scheduled, every call that exhausted its attempts and every
+	// retry skipped, with no lock held. It should return quickly.
+	OnEvent func(Event)
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+const (
+	// Scheduled: a retry will run after Event.Delay.
+	Scheduled EventKind = iota
+	// Exhausted: the last attempt failed; the call ends with an
+	// ExhaustedError.
+	Exhausted
+	// Skipped: a retryable failure was not retried; Event.Reason says why
+	// (ErrNotIdempotent, ErrNoTime, ErrNoBudget).
+	Skipped
+)
+
+// String returns "scheduled", "exhausted" or "skipped".
+func (k EventKind) String() string {
+	switch k {
+	case Scheduled:
+		return "scheduled"
+	case Exhausted:
+		return "exhausted"
+	case Skipped:
+		return "skipped"
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event reports a decision of a Policy.
+type Event struct {
+	// Name is the policy's Config.Name.
+	Name string
+	// Kind says what happened.
+	Kind EventKind
+	// Attempt is the number of attempts made so far.
+	Attempt int
+	// Delay is the wait before the next attempt (Scheduled only).
+	Delay time.Duration
+	// Err is the error of the attempt that failed.
+	Err error
+	// Reason says why a retry was skipped (Skipped only).
+	Reason error
+}
+
+// Policy is a retry policy: a watertight.Repeater to place in a Pipeline,
+// or to use alone with Do. Build it with New; it is immutable and safe for
+// concurrent use. On the success path it adds a budget deposit (one atomic
+// add, if a budget is set) and nothing else: no clock, no allocation.
+type Policy struct {
+	cfg  Config
+	pipe *watertight.Pipeline // the policy alone, for Do
+}
+
+// New returns a Policy for cfg, or an error naming the first invalid field
+// and its rule.
+func New(cfg Config) (*Policy, error) {
+	if cfg.MaxAttempts < 0 {
+		return nil, fmt.Errorf("retry: Config.MaxAttempts must be >= 0 (0 means %d, 1 means no retry), got %d", DefaultMaxAttempts, cfg.MaxAttempts)
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	if cfg.MaxDelay < 0 {
+		return nil, fmt.Errorf("retry: Config.MaxDelay must be >= 0 (0 means %v), got %v", DefaultMaxDelay, cfg.MaxDelay)
+	}
+	if cfg.MaxDelay == 0 {
+		cfg.MaxDelay = DefaultMaxDelay
+	}
+	if cfg.MinAttemptTime < 0 {
+		return nil, fmt.Errorf("retry: Config.MinAttemptTime must be >= 0, got %v", cfg.MinAttemptTime)
+	}
+	if cfg.Backoff == nil {
+		b, err := backoff.New(backoff.DefaultConfig())
+		if err != nil {
+			return nil, err
+		}
+		cfg.Backoff = b
+	}
+	if cfg.Retryable == nil {
+		cfg.Retryable = IsTransient
+	}
+	p := &Policy{cfg: cfg}
+	p.pipe = watertight.New(p)
+	return p, nil
+}
+
+// Do calls fn under the policy alone: it is watertight.Do over a pipeline
+// holding only p.
+func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, error)) (T, error) {
+	return watertight.Do(ctx, p.pipe, fn)
+}
+
+// The Ticket a Policy issues: Seq holds the attempts made in its low 32 bits
+// and the reason it stopped above them; Start holds the previous wait (for
+// decorrelated jitter).
+const (
+	stopNone uint64 = iota
+	stopExhausted
+	stopNotIdempotent
+	stopNoTime
+	stopNoBudget
+)
+
+func attempts(t watertight.Ticket) int  { return int(uint32(t.Seq)) }
+func stopOf(t watertight.Ticket) uint64 { return t.Seq >> 32 }
+
+// Enter implements watertight.Policy: it deposits one request into the
+// budget and starts counting attempts.
+func (p *Policy) Enter(ctx context.Context) (context.Context, watertight.Ticket, error) {
+	p.cfg.Budget.Deposit()
+	return ctx, watertight.Ticket{Seq: 1}, nil
+}
+
+// Again implements watertight.Repeater: it decides whether the failed
+// attempt is retried, and after what wait.
+func (p *Policy) Again(ctx context.Context, t watertight.Ticket, err error) (watertight.Ticket, time.Duration, bool) {
+	if ctx.Err() != nil || !p.retryable(err) {
+		return t, 0, false
+	}
+	n := attempts(t)
+	stop := func(reason uint64) (watertight.Ticket, time.Duration, bool) {
+		t.Seq = reason<<32 | uint64(uint32(n))
+		p.emitStop(reason, n, err)
+		return t, 0, false
+	}
+	if n >= p.cfg.MaxAttempts {
+		if p.cfg.MaxAttempts == 1 {
+			return t, 0, false // retries are off: the error goes out as it is
+		}
+		return stop(stopExhausted)
+	}
+	if !p.cfg.Idempotent && !IsIdempotent(ctx) {
+		return stop(stopNotIdempotent)
+	}
+	wait, asked := RetryAfter(err)
+	if !asked {
+		wait = p.cfg.Backoff.Delay(n, time.Duration(t.Start))
+	}
+	wait = min(wait, p.cfg.MaxDelay)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait+p.cfg.MinAttemptTime {
+		return stop(stopNoTime)
+	}
+	if !p.cfg.Budget.Withdraw() {
+		return stop(stopNoBudget)
+	}
+	if p.cfg.OnEvent != nil {
+		p.cfg.OnEvent(Event{Name: p.cfg.Name, Kind: Scheduled, Attempt: n, Delay: wait, Err: err})
+	}
+	t.Seq = uint64(n + 1)
+	t.Start = int64(wait)
+	return t, wait, true
+}
+
+func (p *Policy) retryable(err error) bool {
+	if watertight.IsRejection(err) || watertight.IsOverloaded(err) {
+		return false
+	}
+	return p.cfg.Retryable(err)
+}
+
+func (p *Policy) emitStop(reason uint64, n int, err error) {
+	if p.cfg.OnEvent == nil {
+		return
+	}
+	ev := Event{Name: p.cfg.Name, Kind: Skipped, Attempt: n, Err: err, Reason: reasonErr(reason)}
+	if reason == stopExhausted {
+		ev.Kind, ev.Reason = Exhausted, nil
+	}
+	p.cfg.OnEvent(ev)
+}
+
+func reasonErr(reason uint64) error {
+	switch reason {
+	case stopNotIdempotent:
+		return ErrNotIdempotent
+	case stopNoTime:
+		return ErrNoTime
+	case stopNoBudget:
+		return ErrNoBudget
+	}
+	return nil
+}
+
+// Exit implements watertight.Policy: it returns nil on success, the error
+// as it is when it was not worth retrying (or the caller's context ended),
+// an *ExhaustedError when every attempt failed, and a *SkippedError when a
+// retry was skipped.
+func (p *Policy) Exit(ctx context.Context, t watertight.Ticket, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch r := stopOf(t); r {
+	case stopNone:
+		return err
+	case stopExhausted:
+		return &ExhaustedError{Attempts: attempts(t), Last: err}
+	default:
+		return &SkippedError{Attempts: attempts(t), Reason: reasonErr(r), Err: err}
+	}
+}
