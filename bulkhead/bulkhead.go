@@ -86,13 +86,18 @@ func (cfg Config) validate(typ string) error {
 // A Bulkhead is safe for concurrent use. Build it with New: the zero value
 // has no permits, so every Acquire fails with ErrFull.
 type Bulkhead struct {
-	// Hot fields, read or written on every call: one cache line.
-	state   atomic.Uint64 // permits held (low bits) and fast acquisitions (high bits): see state.go
-	waiting atomic.Int64  // callers in the queue; changed only under mu
+	// Read-mostly fields, read on every call.
+	waiting atomic.Int64 // callers in the queue; changed only under mu
 	max     uint64
 	maxWait time.Duration
 	errFull error    // ErrFull, labelled with the name
-	_       [16]byte // the counters' cells start on a line of their own
+	_       [64]byte // whatever the allocation's alignment, state shares no line with the above
+
+	// Written by every Acquire and Release: a cache line of its own, so that
+	// reading the fields above never misses because another core just
+	// changed it.
+	state atomic.Uint64 // permits held (low bits) and fast acquisitions (high bits): see state.go
+	_     [64]byte
 
 	rejected     stripe.Counter
 	wraps        atomic.Uint64 // see state.go

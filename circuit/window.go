@@ -21,16 +21,20 @@ type counts struct {
 // a breaker. A new one is made at every such state change, so outcomes of an
 // earlier generation can never land in it.
 type window struct {
-	gen uint64
-
-	// Count-based: a ring of outcome slots. pos is bumped by every call;
-	// the running totals change only when a slot's outcome changes, so the
-	// all-success case reads a slot and writes nothing but pos.
-	pos   atomic.Uint64
-	_     [56]byte
+	// Read-mostly: set when the window is made, read by every call.
+	gen   uint64
 	slots []atomic.Uint32
-	n     uint64 // len(slots)
-	m     uint64 // fast modulo constant for n
+	n     uint64   // len(slots)
+	m     uint64   // fast modulo constant for n
+	_     [64]byte // whatever the allocation's alignment, pos shares no line with the above
+
+	// Count-based: a ring of outcome slots. pos is bumped by every call, so
+	// it has a cache line of its own (a read of gen or slots must not miss
+	// because another core just bumped pos); the running totals change only
+	// when a slot's outcome changes, so the all-success case reads a slot
+	// and writes nothing but pos.
+	pos   atomic.Uint64
+	_     [64]byte
 	fails atomic.Int64
 	slows atomic.Int64
 	sats  atomic.Int64
