@@ -1,0 +1,100 @@
+// Package budget keeps a client's extra load on a struggling dependency in
+// proportion to its real load: a retry budget, which caps retries (and
+// hedges) at a share of requests, and client-side adaptive throttling, which
+// rejects requests locally when the dependency keeps rejecting them for
+// overload.
+//
+// # Retry budget
+//
+// Retries turn a transient failure into a success, and a lasting one into
+// more load: with three attempts per call, a dependency that is completely
+// down receives three times its normal traffic at the moment it can least
+// take it, and every layer that retries multiplies that again. A per-attempt
+// limit cannot tell a transient failure from a lasting one; a budget can. A
+// [Budget] lets retries through only while they stay within a share of the
+// requests — Config.Ratio, 10% by default, as in the Google SRE book
+// (chapter 22, "Addressing Cascading Failures") — so that a dependency that is
+// 100% down sees at most about 1.1 times its normal load (plus a small floor
+// per second), while occasional failures (below 10% of the calls) are
+// retried. One Budget is shared by every call site of one dependency,
+// whatever their result types.
+//
+// Use it in two calls: [Budget.Deposit] once per original request (not per
+// attempt: if retries deposited, retries would fund retries), and
+// [Budget.Withdraw] before each retry, which reports whether the retry may go.
+// When it may not, the retry policy gives up, with [ErrExhausted] or an error
+// that wraps it (package retry takes a *Budget in its Config and makes the
+// calls). A hedged request is a retry sent early, before the first attempt has
+// failed: the same Budget, with Withdraw before each hedge, is a hedge budget.
+//
+// # Tokens, and how they expire
+//
+// The design is Finagle's RetryBudget: each request deposits Ratio of a token,
+// each retry withdraws a whole one, in fixed point (a deposit is 1000 units, a
+// token 1000/Ratio). Deposit is one atomic add and never reads the clock, so
+// it can sit on every request. Finagle's deposits expire by age (they are
+// kept for a TTL, ten seconds by default), so its balance is Ratio times the
+// requests of the last TTL. Here tokens expire by the cap instead: the
+// balance never holds more than Config.MaxTokens (ten by default), however
+// long ago the tokens were deposited. That gives a bound that holds over any
+// stretch of time, however short or long:
+//
+//	retries ≤ Ratio·requests + MaxTokens + MinPerSecond·seconds + max(1, MinPerSecond)
+//
+// where the last two terms are the floor (below). The difference from
+// Finagle: after a busy period, Finagle's client may spend Ratio times the
+// last TTL's requests at once (a thousand retries for a client that made ten
+// thousand requests in ten seconds), and a token deposited just before a
+// quiet spell is gone after the TTL; here the saved-up burst is MaxTokens
+// whatever the traffic, and a token saved up stays until it is spent. Both
+// bound the retries to about Ratio of the requests over time.
+//
+// A dependency with little traffic deposits little: without help, a client
+// making one request a minute could never retry. Config.MinPerSecond is a
+// floor (Finagle's minRetriesPerSec): that many retries per second are always
+// granted, from a small time-based token bucket that is consulted — and the
+// clock read — only when the ratio balance is empty. The bucket holds one
+// second's worth; Finagle's reserve holds a TTL's worth (a hundred retries by
+// default), a larger burst on a dependency that is down.
+//
+// Finagle's default ratio is 20%; the SRE book's, used here, is 10%.
+//
+// # Adaptive throttling
+//
+// A dependency that rejects requests for overload still pays for each one
+// (read it, decide, answer), and a client that keeps sending can keep it
+// overloaded on rejections alone. A [Throttler] implements the client-side
+// throttling of the SRE book (chapter 21, "Handling Overload"): it counts, over
+// the last two minutes (ThrottleConfig.Window), the requests the client made
+// and the ones the dependency accepted, and rejects new requests locally, with
+// [ErrThrottled], with probability
+//
+//	max(0, (requests − K·accepts) / (requests + 1))
+//
+// While the dependency accepts everything the probability is zero and nothing
+// is drawn. Once it accepts fewer than 1/K of the requests, the client sends
+// about K times what the dependency accepts and rejects the rest itself, at no
+// cost to the dependency. K (ThrottleConfig.K, 2 by default) trades waste for
+// responsiveness: the (K−1)·accepts requests sent beyond what is accepted are
+// rejected by the dependency, but they are also what notices, quickly, that it
+// accepts more again. K = 1 sends nothing that will be rejected and reacts
+// slowest.
+//
+// A Throttler is a watertight.Policy. Put it inside the retry, so that every
+// attempt counts as a request, and inside the breaker and the bulkhead, so
+// that their rejections, which never reach the dependency, do not count at
+// all (a throttler outside them counts such a rejection as a request that was
+// not accepted, by default). Its own rejections are rejections, which a
+// breaker ignores and a retry does not retry:
+//
+//	retry (with budget) → breaker → bulkhead → throttler → attempt timeout → call
+//
+// A dependency that sheds load by timing out rather than answering "overloaded"
+// needs ThrottleConfig.Rejected to count timeouts too.
+//
+// # Disabled
+//
+// A nil *Budget and a nil *Throttler are valid and disabled: a nil Budget
+// grants every retry, a nil Throttler lets every request through. Code that
+// takes an optional budget or throttler calls them without checking.
+package budget
