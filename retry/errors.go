@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/watertight-go/watertight/budget"
 )
 
 var (
@@ -73,6 +75,12 @@ func (e *SkippedError) Error() string {
 
 // Unwrap returns the reason and the last attempt's error.
 func (e *SkippedError) Unwrap() []error { return []error{e.Reason, e.Err} }
+
+// Is reports whether a retry refused by the budget is matched against
+// budget.ErrExhausted.
+func (e *SkippedError) Is(target error) bool {
+	return e.Reason == ErrNoBudget && target == budget.ErrExhausted
+}
 
 // Overloaded reports whether the retry was refused by the budget.
 func (e *SkippedError) Overloaded() bool { return e.Reason == ErrNoBudget }

@@ -243,8 +243,8 @@ func TestBudgetRefusesRetries(t *testing.T) {
 		total += calls
 		if errors.Is(err, retry.ErrNoBudget) {
 			skipped++
-			if !watertight.IsOverloaded(err) {
-				t.Fatalf("a budget refusal must carry the overloaded signal")
+			if !watertight.IsOverloaded(err) || !errors.Is(err, budget.ErrExhausted) {
+				t.Fatalf("a budget refusal must carry the overloaded signal and match budget.ErrExhausted: %v", err)
 			}
 		}
 	}
