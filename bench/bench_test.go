@@ -508,14 +508,16 @@ func BenchmarkBulkheadFull(b *testing.B) {
 	})
 }
 
+// BenchmarkPipeline is retry (with a budget for watertight) → breaker →
+// bulkhead on the success path, in the standard order.
 func BenchmarkPipeline(b *testing.B) {
 	ctx := context.Background()
 	b.Run("watertight", func(b *testing.B) {
-		p := watertight.New(newWatertightBreaker(b), newWatertightBulkhead(b, bulkheadCap))
+		p := watertight.New(newWatertightRetry(b, true), newWatertightBreaker(b), newWatertightBulkhead(b, bulkheadCap))
 		benchDo(b, ctx, p)
 	})
 	b.Run("failsafe-go", func(b *testing.B) {
-		benchFailsafe(b, failsafe.With[int](newFailsafeBreaker(), newFailsafeBulkhead(bulkheadCap)).WithContext(ctx))
+		benchFailsafe(b, failsafe.With[int](newFailsafeRetry(), newFailsafeBreaker(), newFailsafeBulkhead(bulkheadCap)).WithContext(ctx))
 	})
 }
 

@@ -1,0 +1,98 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	cenkalti "github.com/cenkalti/backoff/v5"
+	"github.com/failsafe-go/failsafe-go"
+	fsretry "github.com/failsafe-go/failsafe-go/retrypolicy"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/budget"
+	"github.com/watertight-go/watertight/retry"
+)
+
+// newWatertightRetry is a retry policy with the defaults (3 attempts, full
+// jitter), for idempotent calls, with a 10% budget when withBudget is set.
+func newWatertightRetry(tb testing.TB, withBudget bool) *retry.Policy {
+	tb.Helper()
+	cfg := retry.Config{Idempotent: true}
+	if withBudget {
+		bud, err := budget.New(budget.Config{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cfg.Budget = bud
+	}
+	p, err := retry.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// newFailsafeRetry is failsafe-go's retry policy with its defaults (3
+// attempts).
+func newFailsafeRetry() fsretry.RetryPolicy[int] { return fsretry.NewWithDefaults[int]() }
+
+// BenchmarkRetrySuccess is a retry policy on the success path: the call
+// succeeds at once, so this is what retrying costs when nothing fails.
+func BenchmarkRetrySuccess(b *testing.B) {
+	ctx := context.Background()
+	b.Run("watertight", func(b *testing.B) {
+		benchDo(b, ctx, watertight.New(newWatertightRetry(b, false)))
+	})
+	b.Run("watertight-budget", func(b *testing.B) {
+		benchDo(b, ctx, watertight.New(newWatertightRetry(b, true)))
+	})
+	b.Run("failsafe-go", func(b *testing.B) {
+		benchFailsafe(b, failsafe.With[int](newFailsafeRetry()).WithContext(ctx))
+	})
+	b.Run("cenkalti-backoff", func(b *testing.B) {
+		var t tally
+		op := func() (int, error) { return work(ctx) }
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			var sum, wrong int64
+			for pb.Next() {
+				v, err := cenkalti.Retry(ctx, op, cenkalti.WithMaxTries(3))
+				sum += int64(v)
+				if err != nil {
+					wrong++
+				}
+			}
+			t.add(sum, wrong)
+		})
+		t.check(b)
+	})
+}
+
+// BenchmarkBudget is one request's deposit and one retry's withdrawal from
+// a shared retry budget with a healthy balance.
+func BenchmarkBudget(b *testing.B) {
+	b.Run("watertight", func(b *testing.B) {
+		bud, err := budget.New(budget.Config{Ratio: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range 100 {
+			bud.Deposit()
+		}
+		var t tally
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			var sum, wrong int64
+			for pb.Next() {
+				bud.Deposit()
+				if bud.Withdraw() {
+					sum++
+				} else {
+					wrong++
+				}
+			}
+			t.add(sum, wrong)
+		})
+		t.check(b)
+	})
+}
