@@ -13,17 +13,19 @@
 // limit cannot tell a transient failure from a lasting one; a budget can. A
 // [Budget] lets retries through only while they stay within a share of the
 // requests — Config.Ratio, 10% by default, as in the Google SRE book
-// (chapter 22, "Addressing Cascading Failures") — so that a dependency that is
-// 100% down sees at most about 1.1 times its normal load (plus a small floor
-// per second), while occasional failures (below 10% of the calls) are
+// (chapter 21, "Handling Overload", section "Deciding to Retry") — so that a
+// dependency that is 100% down sees at most about 1.1 times its normal load
+// (plus the floor of MinPerSecond retries a second, which dominates at low
+// traffic: at 20 requests a second the default floor of 10 allows 1.6 times),
+// while occasional failures (below 10% of the calls) are
 // retried. One Budget is shared by every call site of one dependency,
 // whatever their result types.
 //
 // Use it in two calls: [Budget.Deposit] once per original request (not per
 // attempt: if retries deposited, retries would fund retries), and
 // [Budget.Withdraw] before each retry, which reports whether the retry may go.
-// When it may not, the retry policy gives up, with [ErrExhausted] or an error
-// that wraps it (package retry takes a *Budget in its Config and makes the
+// When it may not, the retry policy gives up, with an error that matches
+// [ErrExhausted] (package retry's SkippedError; package retry takes a *Budget in its Config and makes the
 // calls). A hedged request is a retry sent early, before the first attempt has
 // failed: the same Budget, with Withdraw before each hedge, is a hedge budget.
 //

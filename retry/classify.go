@@ -17,7 +17,9 @@ import (
 // Never retried: nil; a rejection (watertight.IsRejection: open breaker, full
 // bulkhead, exhausted budget); the "overloaded, don't retry" signal
 // (watertight.IsOverloaded), which also covers a lower layer's
-// ExhaustedError; a cancellation (context.Canceled).
+// ExhaustedError; a lower layer's SkippedError (that layer decided not to
+// retry, and a layer above must not undo it); a cancellation
+// (context.Canceled).
 //
 // Retried: an error marked with After or MarkTransient (MarkPermanent says
 // no, whatever it wraps — the outermost mark wins); a timeout
@@ -33,6 +35,12 @@ func IsTransient(err error) bool {
 		return false
 	}
 	if watertight.IsRejection(err) || watertight.IsOverloaded(err) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	// A lower layer's retry policy already decided on this call: retry in
+	// one layer only.
+	var skipped *SkippedError
+	if errors.As(err, &skipped) {
 		return false
 	}
 	var m interface{ Transient() bool }

@@ -76,6 +76,10 @@ func (e *SkippedError) Error() string {
 // Unwrap returns the reason and the last attempt's error.
 func (e *SkippedError) Unwrap() []error { return []error{e.Reason, e.Err} }
 
+// Rejection reports whether the retry was refused by the budget: a
+// protection's refusal, recognised by watertight.IsRejection.
+func (e *SkippedError) Rejection() bool { return e.Reason == ErrNoBudget }
+
 // Is reports whether a retry refused by the budget is matched against
 // budget.ErrExhausted.
 func (e *SkippedError) Is(target error) bool {

@@ -2,6 +2,7 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -42,8 +43,8 @@ type Config struct {
 	// only that no wait runs past the deadline; negative is an error.
 	MinAttemptTime time.Duration
 	// Retryable decides whether an error is worth retrying. If nil,
-	// IsTransient. A rejection, a cancellation and the overloaded signal are
-	// never retried, whatever it says.
+	// IsTransient. A rejection, a cancellation, the overloaded signal and a
+	// lower layer's SkippedError are never retried, whatever it says.
 	Retryable func(err error) bool
 	// Budget, if not nil, is deposited into by every call and must grant
 	// every retry: share one Budget between all the policies in front of one
@@ -208,7 +209,11 @@ func (p *Policy) Again(ctx context.Context, t watertight.Ticket, err error) (wat
 }
 
 func (p *Policy) retryable(err error) bool {
-	if watertight.IsRejection(err) || watertight.IsOverloaded(err) {
+	if watertight.IsRejection(err) || watertight.IsOverloaded(err) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var skipped *SkippedError
+	if errors.As(err, &skipped) {
 		return false
 	}
 	return p.cfg.Retryable(err)

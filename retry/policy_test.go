@@ -107,6 +107,7 @@ func TestNotRetried(t *testing.T) {
 		{"overloaded", watertight.Overloaded(errRefused)},
 		{"cancelled", fmt.Errorf("read: %w", context.Canceled)},
 		{"lower layer exhausted", &retry.ExhaustedError{Attempts: 3, Last: errRefused}},
+		{"lower layer skipped", &retry.SkippedError{Attempts: 1, Reason: retry.ErrNotIdempotent, Err: errRefused}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := mustPolicy(t, retry.Config{Idempotent: true, Backoff: constant(t, time.Nanosecond)})
@@ -243,8 +244,8 @@ func TestBudgetRefusesRetries(t *testing.T) {
 		total += calls
 		if errors.Is(err, retry.ErrNoBudget) {
 			skipped++
-			if !watertight.IsOverloaded(err) || !errors.Is(err, budget.ErrExhausted) {
-				t.Fatalf("a budget refusal must carry the overloaded signal and match budget.ErrExhausted: %v", err)
+			if !watertight.IsOverloaded(err) || !errors.Is(err, budget.ErrExhausted) || !watertight.IsRejection(err) {
+				t.Fatalf("a budget refusal must be a rejection, carry the overloaded signal and match budget.ErrExhausted: %v", err)
 			}
 		}
 	}
@@ -336,4 +337,13 @@ func TestConcurrentUse(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+func TestCustomRetryableNeverRetriesCancellation(t *testing.T) {
+	p := mustPolicy(t, retry.Config{Idempotent: true, Backoff: constant(t, time.Nanosecond), Retryable: func(error) bool { return true }})
+	calls := 0
+	_, err := retry.Do(context.Background(), p, failing(&calls, fmt.Errorf("read: %w", context.Canceled)))
+	if calls != 1 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("%d calls, err %v", calls, err)
+	}
 }
