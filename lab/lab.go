@@ -1,0 +1,160 @@
+// Package lab holds watertight's lab: scenarios that reproduce what the
+// literature says about each pattern, using the shipped packages (not copies
+// of them), with tables, charts and pass/fail checks against the published
+// figures. The watertight command runs them (`watertight lab`).
+//
+// Simulations are seeded discrete-event simulations on a clock of their
+// own: the same seed gives the same numbers. Scenarios on a real network
+// (127.0.0.1) report their own noise.
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Options are what a scenario run may be told from the command line.
+type Options struct {
+	// Seed seeds every random source of a simulation.
+	Seed uint64
+	// Quick asks for a short version of the scenario (for tests and CI):
+	// fewer runs, smaller sweeps, shorter load, same orderings.
+	Quick bool
+	// Progress receives a line now and then during long runs (stderr in
+	// the CLI). Never nil when a scenario runs: use io.Discard for silence.
+	Progress io.Writer
+	// Clients, for the backoff scenario, restricts the sweep to these
+	// client counts (nil: the default sweep).
+	Clients []int
+	// Slow, for the storefront scenario, names the dependency that stalls
+	// ("recommendation" by default, or "catalog", "payment").
+	Slow string
+	// Stall, for the storefront scenario, is the stalled latency (zero: 3s).
+	Stall time.Duration
+}
+
+// Result is what a scenario produced.
+type Result struct {
+	// Scenario is the scenario's name.
+	Scenario string
+	// Summary is a paragraph saying what was run and what it shows.
+	Summary string
+	// Tables are printed in order.
+	Tables []Table
+	// Charts are drawn into the report.
+	Charts []Chart
+	// JSON is the scenario's JSON document, in the shape its issue fixes
+	// (for example {"scenario":"backoff","results":[...]}); it is
+	// marshalled with encoding/json.
+	JSON any
+	// Checks compare the results with the literature's figures or the
+	// scenario's expectations.
+	Checks []Check
+}
+
+// Table is a table of text cells.
+type Table struct {
+	Title  string
+	Header []string
+	Rows   [][]string
+}
+
+// Chart is a line chart: one line per series.
+type Chart struct {
+	// File is the file name in the report folder, without extension
+	// ("backoff-calls").
+	File   string
+	Title  string
+	XLabel string
+	YLabel string
+	LogY   bool
+	Series []Series
+}
+
+// Series is one line of a chart.
+type Series struct {
+	Name string
+	X, Y []float64
+}
+
+// Check is one pass/fail comparison.
+type Check struct {
+	Name   string // what is checked, e.g. "full jitter calls at N=100 within ±10% of 796"
+	OK     bool
+	Detail string // the numbers seen
+}
+
+// Scenario is one lab experiment.
+type Scenario struct {
+	// Name is what `watertight lab NAME` takes.
+	Name string
+	// Description is one line for `watertight lab -h`.
+	Description string
+	// Run runs the scenario. It honours ctx (the CLI cancels on ^C) and
+	// opts.Quick.
+	Run func(ctx context.Context, opts Options) (*Result, error)
+}
+
+var (
+	mu        sync.Mutex
+	scenarios = map[string]Scenario{}
+)
+
+// Register adds a scenario; scenario files call it from init. It panics on
+// a duplicate name.
+func Register(s Scenario) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := scenarios[s.Name]; dup {
+		panic("lab: scenario registered twice: " + s.Name)
+	}
+	scenarios[s.Name] = s
+}
+
+// Order is the order in which `watertight lab` runs the scenarios; any
+// registered scenario missing from it runs after them, by name.
+var Order = []string{"backoff", "storm", "storefront"}
+
+// All returns the registered scenarios, in Order.
+func All() []Scenario {
+	mu.Lock()
+	defer mu.Unlock()
+	var out []Scenario
+	seen := map[string]bool{}
+	for _, name := range Order {
+		if s, ok := scenarios[name]; ok {
+			out = append(out, s)
+			seen[name] = true
+		}
+	}
+	var rest []string
+	for name := range scenarios {
+		if !seen[name] {
+			rest = append(rest, name)
+		}
+	}
+	sort.Strings(rest)
+	for _, name := range rest {
+		out = append(out, scenarios[name])
+	}
+	return out
+}
+
+// Lookup returns the scenario called name.
+func Lookup(name string) (Scenario, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if s, ok := scenarios[name]; ok {
+		return s, nil
+	}
+	var names []string
+	for n := range scenarios {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return Scenario{}, fmt.Errorf("lab: no scenario %q (have: %v)", name, names)
+}
