@@ -508,11 +508,16 @@ func BenchmarkBulkheadFull(b *testing.B) {
 	})
 }
 
-// BenchmarkPipeline is retry (with a budget for watertight) → breaker →
-// bulkhead on the success path, in the standard order.
+// BenchmarkPipeline is retry → breaker → bulkhead on the success path, in
+// the standard order, with the same three policies on both sides;
+// watertight-budget adds the retry budget failsafe-go has no equivalent of.
 func BenchmarkPipeline(b *testing.B) {
 	ctx := context.Background()
 	b.Run("watertight", func(b *testing.B) {
+		p := watertight.New(newWatertightRetry(b, false), newWatertightBreaker(b), newWatertightBulkhead(b, bulkheadCap))
+		benchDo(b, ctx, p)
+	})
+	b.Run("watertight-budget", func(b *testing.B) {
 		p := watertight.New(newWatertightRetry(b, true), newWatertightBreaker(b), newWatertightBulkhead(b, bulkheadCap))
 		benchDo(b, ctx, p)
 	})
