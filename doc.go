@@ -1,15 +1,19 @@
 // Package watertight keeps a failure in its compartment: it composes circuit
-// breakers, bulkheads, timeouts and (in later packages) retries, budgets, hedges
-// and fallbacks into one [Pipeline] that wraps a call.
+// breakers, bulkheads, timeouts and retries under a budget (and, as they land,
+// hedges and fallbacks) into one [Pipeline] that wraps a call.
 //
 // The root package holds the contracts every protection plugs into:
 //
 //   - [Policy] and [Ticket]: the two-step Enter/Exit form each protection implements;
+//   - [Repeater]: a policy that runs the rest of the pipeline again (a retry);
 //   - [Pipeline], [Do] and [DoDetached]: composition in the order given, outermost first;
 //   - [Outcome] and [Classify]: how a call's error counts (success, failure, ignored,
 //     saturated);
 //   - [NewRejection], [IsRejection]: the marker every rejection carries (open breaker,
-//     full bulkhead, …), so that no retry retries it.
+//     full bulkhead, …), so that no retry retries it;
+//   - [ErrOverloaded], [Overloaded], [IsOverloaded]: the "overloaded, don't retry"
+//     signal between layers, so that only the layer closest to a failing
+//     dependency retries.
 //
 // The root package never imports a pattern package; patterns import it.
 //
