@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/internal/stripe"
 )
 
 // ErrThrottled is returned by Throttler.Allow (and Enter) for a request that
@@ -119,6 +120,13 @@ func defaultRejected(err error) bool {
 // backend accepts again, accepts catch up and the probability falls back to
 // zero.
 //
+// Used as a watertight.Policy (Enter and Exit), the throttler counts the
+// requests still in flight as accepts while it would otherwise reject, so
+// that a burst of concurrent first requests at a cold start — no answers yet
+// — is not taken for a backend that refuses everything. Allow and Accepted
+// cannot know when a refused request ends, so they do not do this: with
+// them, such a burst is partly rejected until answers come in.
+//
 // Build it with NewThrottler; it is safe for concurrent use. A nil
 // *Throttler is valid and disabled: Allow returns nil, Accepted does
 // nothing, Enter and Exit pass everything through. The zero Throttler is not
@@ -147,6 +155,15 @@ type Throttler struct {
 	_        [64]byte // keep the writes below off the read-mostly line
 	rejected atomic.Uint64
 	mu       sync.Mutex // serialises rotate
+
+	// inflight counts the requests let through by Enter whose Exit has not
+	// come yet (policy use only). While the probability would be above
+	// zero, they count as accepts: at a cold start, a burst of concurrent
+	// first requests has no answers yet, and without this most of it would
+	// be rejected as if the backend had refused it. A striped counter, so
+	// that Enter and Exit rarely contend; it is summed only when the
+	// probability would otherwise be above zero.
+	inflight stripe.Counter
 }
 
 // tbucket counts one span of the window. Fields other than the counters are
@@ -248,12 +265,16 @@ func (t *Throttler) probability(req, acc int64) float64 {
 }
 
 // allow counts a request and decides on it; it returns the bucket it counted
-// in.
-func (t *Throttler) allow() (*tbucket, error) {
+// in. withInflight counts the requests in flight as accepts (see
+// Throttler.inflight).
+func (t *Throttler) allow(withInflight bool) (*tbucket, error) {
 	b := t.bucket(int64(time.Since(t.epoch)))
 	// The probability is that of the requests before this one.
 	req := b.req.Add(1) - 1 + b.pastReq.Load()
 	acc := b.acc.Load() + b.pastAcc.Load()
+	if withInflight && float64(req) > t.cfg.K*float64(acc) {
+		acc += max(int64(t.inflight.Load()), 0)
+	}
 	if float64(req) > t.cfg.K*float64(acc) { // else the probability is 0: no draw
 		if t.cfg.Rand() < t.probability(req, acc) {
 			t.rejected.Add(1)
@@ -273,7 +294,7 @@ func (t *Throttler) Allow() error {
 	if t == nil {
 		return nil
 	}
-	_, err := t.allow()
+	_, err := t.allow(false)
 	return err
 }
 
@@ -295,10 +316,11 @@ func (t *Throttler) Enter(ctx context.Context) (context.Context, watertight.Tick
 	if t == nil {
 		return ctx, watertight.Ticket{}, nil
 	}
-	b, err := t.allow()
+	b, err := t.allow(true)
 	if err != nil {
 		return ctx, watertight.Ticket{}, err
 	}
+	t.inflight.Add(1)
 	return ctx, watertight.Ticket{Seq: uint64(b.span.Load()), Start: int64(b.idx)}, nil
 }
 
@@ -310,6 +332,7 @@ func (t *Throttler) Exit(_ context.Context, tk watertight.Ticket, err error) err
 	if t == nil {
 		return err
 	}
+	t.inflight.Add(^uint64(0)) // -1
 	if err == nil || !t.cfg.Rejected(err) {
 		t.acceptIn(tk)
 	}

@@ -478,3 +478,30 @@ func TestThrottlerConcurrent(t *testing.T) {
 		}
 	})
 }
+
+// A burst of concurrent first requests, before any answer has come back, is
+// not taken for an overloaded backend: requests in flight count as accepts.
+func TestColdStartBurstIsNotThrottled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th, err := budget.NewThrottler(budget.ThrottleConfig{Rand: func() float64 { return 0 }}) // any p > 0 would reject
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		var tickets []watertight.Ticket
+		for i := range 100 {
+			_, tk, err := th.Enter(ctx)
+			if err != nil {
+				t.Fatalf("request %d of a cold burst throttled: %v", i, err)
+			}
+			tickets = append(tickets, tk)
+		}
+		// The backend then refuses them all: the throttle engages.
+		for _, tk := range tickets {
+			_ = th.Exit(ctx, tk, watertight.ErrOverloaded)
+		}
+		if _, _, err := th.Enter(ctx); !errors.Is(err, budget.ErrThrottled) {
+			t.Fatalf("after 100 refusals the next request went through: %v", err)
+		}
+	})
+}
