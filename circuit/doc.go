@@ -23,7 +23,8 @@
 // It stays Open for Config.OpenDuration — growing with consecutive openings
 // when Config.OpenDurationMultiplier is above 1, with optional jitter — and
 // then turns HalfOpen. A timer makes that change, so a rejection while Open
-// costs one atomic load and never reads the clock.
+// costs one atomic load and the add to a striped rejection counter, and never
+// reads the clock.
 //
 // # Outcomes
 //
