@@ -1,0 +1,102 @@
+package deadline_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/watertight-go/watertight/deadline"
+)
+
+func benchPropagator(b *testing.B) *deadline.Propagator {
+	p, err := deadline.New(deadline.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+// BenchmarkIncoming reads the timeout from a request's header map, in the
+// three cases of precedence.
+func BenchmarkIncoming(b *testing.B) {
+	p := benchPropagator(b)
+	for _, bc := range []struct {
+		name string
+		h    http.Header
+	}{
+		{"ours", http.Header{"Accept": {"*/*"}, "X-Request-Timeout-Ms": {"250"}}},
+		{"grpc", http.Header{"Accept": {"*/*"}, "Grpc-Timeout": {"250m"}}},
+		{"envoy", http.Header{"Accept": {"*/*"}, "X-Envoy-Expected-Rq-Timeout-Ms": {"250"}}},
+		{"none", http.Header{"Accept": {"*/*"}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, ok := p.Incoming(bc.h); ok == (bc.name == "none") {
+						b.Fatal("wrong ok")
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkWithIncoming derives the request's context from its headers.
+func BenchmarkWithIncoming(b *testing.B) {
+	p := benchPropagator(b)
+	h := http.Header{"X-Request-Timeout-Ms": {"250"}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_, cancel := p.WithIncoming(context.Background(), h)
+			cancel()
+		}
+	})
+}
+
+// BenchmarkInject writes the remaining time on an outgoing request's header
+// map (reused, as a retry does) and on a fresh one.
+func BenchmarkInject(b *testing.B) {
+	p := benchPropagator(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.Run("reused", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			h := http.Header{}
+			for pb.Next() {
+				if err := p.Inject(ctx, h); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("fresh", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := p.Inject(ctx, http.Header{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkCheck is the fail-fast test on a context with a deadline.
+func BenchmarkCheck(b *testing.B) {
+	p := benchPropagator(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := p.Check(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
