@@ -1,0 +1,550 @@
+package watertighthttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/deadline"
+)
+
+// Defaults of HandlerConfig.
+const (
+	// DefaultMaxConcurrent is the per-route in-flight limit used when
+	// HandlerConfig.MaxConcurrent is zero.
+	DefaultMaxConcurrent = 100
+	// DefaultMaxRoutes is the route bound used when HandlerConfig.MaxRoutes
+	// is zero.
+	DefaultMaxRoutes = 1000
+)
+
+// OtherRoutes is the route name of the admission limit shared by the routes
+// that found the route table full (see HandlerConfig.MaxRoutes).
+const OtherRoutes = "(other routes)"
+
+// Errors the Handler passes to HandlerConfig.OnShed. Each is a saturation
+// (watertight.IsRejection and watertight.IsSaturation hold); the errors
+// passed to OnShed wrap them with the route: compare with errors.Is. A
+// request shed because its deadline is too short gets deadline's error
+// (deadline.ErrTooShort) instead.
+var (
+	// ErrRouteFull: the route had MaxConcurrent requests in flight and
+	// MaxQueue waiting (or no queue), and the request was turned away at
+	// once.
+	ErrRouteFull = watertight.NewSaturation("watertighthttp: route at its limit")
+	// ErrDisplaced: the request waited in a full queue and was removed to
+	// make room for a request of higher criticality.
+	ErrDisplaced = watertight.NewSaturation("watertighthttp: displaced from the queue by a request of higher criticality")
+	// ErrQueueGaveUp: the request's context ended (its deadline passed or
+	// the client went away) while it waited in the queue; it was not run.
+	// The error passed to OnShed also matches the context's error.
+	ErrQueueGaveUp = watertight.NewSaturation("watertighthttp: request ended while queued")
+)
+
+// HandlerConfig configures Handler. The zero value is valid: the default
+// deadline propagator, routes keyed by ServeMux pattern or method and path,
+// 100 requests in flight and 100 queued per route.
+type HandlerConfig struct {
+	// Deadline reads the incoming deadline (HeaderTimeout by default),
+	// clamps it and checks it leaves enough time to start. If nil, the
+	// Handler uses deadline.New(deadline.DefaultConfig()).
+	Deadline *deadline.Propagator
+	// Route returns the admission key of a request: each route has its own
+	// in-flight limit and queue. If nil, the key is r.Pattern when a
+	// ServeMux set it (the Handler wraps a handler registered on the mux),
+	// else r.Method + " " + r.URL.Path. Keys are bounded by MaxRoutes.
+	Route func(*http.Request) string
+	// MaxConcurrent is how many requests of one route run the next handler
+	// at once. Zero means DefaultMaxConcurrent (100); a negative value means
+	// no admission limit at all (deadline shedding only).
+	MaxConcurrent int
+	// MaxQueue is how many requests of one route may wait for a place when
+	// MaxConcurrent are in flight. Zero means MaxConcurrent; a negative
+	// value means no queue: a request that finds the route full is rejected
+	// at once.
+	MaxQueue int
+	// MaxRoutes bounds the number of routes that have a limit of their own.
+	// When the table is full, a new route makes room by dropping the idle
+	// routes (nothing in flight or queued); when none is idle, the request is
+	// admitted through one limit shared by all such routes, named
+	// OtherRoutes. Zero means DefaultMaxRoutes (1000); a negative value
+	// means no bound.
+	MaxRoutes int
+	// OnShed, if not nil, is called for every request the Handler sheds or
+	// rejects without running the next handler, with the reason (an error
+	// matching ErrRouteFull, ErrDisplaced, ErrQueueGaveUp or
+	// deadline.ErrTooShort). It is called in the request's goroutine, after
+	// the response has been written, never under a lock; it must not use
+	// the ResponseWriter.
+	OnShed func(r *http.Request, reason error)
+	// Logger receives the Handler's warnings (the first unknown
+	// HeaderCriticality value it sees). If nil, slog.Default().
+	Logger *slog.Logger
+}
+
+// Handler returns next wrapped in watertight's server-side guards, outermost
+// first:
+//
+//  1. read the deadline: the caller's remaining time (HeaderTimeout) is set
+//     on the request context, clamped by the Propagator's Max and kept
+//     earlier than any deadline the context already has; a malformed header
+//     is ignored;
+//  2. read the criticality (HeaderCriticality) and put it on the context
+//     (CriticalityFrom), so that a Transport forwards it; an unknown value
+//     counts as Critical and is logged once;
+//  3. shed a request whose deadline has passed or leaves less than the
+//     Propagator's MinRemaining: it cannot be served in time;
+//  4. admission: at most MaxConcurrent requests per route run at once, and
+//     at most MaxQueue wait; a queued request whose context ends (deadline
+//     passed, client gone) is dropped without running, and one that is let
+//     in with too little time left is shed as in step 3;
+//  5. next, with the request's context derived from r.Context(), so that a
+//     client that goes away cancels the work.
+//
+// # Responses
+//
+// Every shed or rejected request gets 503 Service Unavailable with
+// HeaderOverloaded: "true" (the "overloaded, don't retry" signal: the caller
+// should not retry here, and its Transport passes the signal on as
+// watertight.ErrOverloaded), Cache-Control: no-store and a one-line
+// text/plain body that says what happened. When waiting would help (the
+// route is full), Retry-After: 1 is added. A request shed for its deadline
+// also gets 503 and the overloaded signal, without Retry-After: a retry
+// within the same deadline cannot help, and 504 Gateway Timeout would wrongly
+// say an upstream timed out. 429 is not used: the Handler has no per-client
+// limits.
+//
+// # Queue discipline: adaptive LIFO
+//
+// The queue of a route is FIFO while it is at most half full and LIFO when it
+// is more than half full, as in Facebook's "Fail at Scale" (2015): under light
+// queueing, first come first served is fair; when a queue builds up, the
+// oldest requests are the ones whose callers are most likely to have given
+// up, so serving the newest first keeps the goodput up while the old ones
+// age out. Requests never linger past their deadline: a queued request whose
+// context ends is removed at once, and the dispatcher skips any it finds
+// dead. Within that order, a request of higher criticality is always let in
+// before one of lower criticality; when the queue is full, a newcomer
+// displaces the oldest queued request of the lowest criticality below its
+// own (which gets ErrDisplaced), else it is rejected.
+//
+// The returned handler is safe for concurrent use. Handler fails, naming the
+// field, when cfg is invalid or next is nil.
+func Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
+	if next == nil {
+		return nil, errors.New("watertighthttp: Handler: next must not be nil")
+	}
+	p := cfg.Deadline
+	if p == nil {
+		var err error
+		p, err = deadline.New(deadline.DefaultConfig())
+		if err != nil {
+			return nil, fmt.Errorf("watertighthttp: HandlerConfig.Deadline: default propagator: %w", err)
+		}
+	}
+	h := &handler{
+		next:     next,
+		deadline: p,
+		route:    cfg.Route,
+		onShed:   cfg.OnShed,
+		logger:   cfg.Logger,
+	}
+	if h.route == nil {
+		h.route = defaultRoute
+	}
+	if h.logger == nil {
+		h.logger = slog.Default()
+	}
+	if cfg.MaxConcurrent >= 0 {
+		maxc := cfg.MaxConcurrent
+		if maxc == 0 {
+			maxc = DefaultMaxConcurrent
+		}
+		maxq := cfg.MaxQueue
+		switch {
+		case maxq == 0:
+			maxq = maxc
+		case maxq < 0:
+			maxq = 0
+		}
+		maxr := cfg.MaxRoutes
+		switch {
+		case maxr == 0:
+			maxr = DefaultMaxRoutes
+		case maxr < 0:
+			maxr = -1
+		}
+		h.routes = &routeTable{
+			maxConcurrent: maxc,
+			maxQueue:      maxq,
+			maxRoutes:     maxr,
+			m:             make(map[string]*admission),
+			other:         newAdmission(OtherRoutes, maxc, maxq),
+		}
+	}
+	return h, nil
+}
+
+func defaultRoute(r *http.Request) string {
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	return r.Method + " " + r.URL.Path
+}
+
+type handler struct {
+	next     http.Handler
+	deadline *deadline.Propagator
+	route    func(*http.Request) string
+	routes   *routeTable // nil: no admission limit
+	onShed   func(*http.Request, error)
+	logger   *slog.Logger
+	badCrit  atomic.Bool // an unknown criticality was logged
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Everything below derives from r.Context(): when the client goes away,
+	// net/http cancels it, and with it the queue wait and the next handler.
+	ctx, cancel := h.deadline.WithIncoming(r.Context(), r.Header)
+	defer cancel()
+
+	crit := Critical
+	if v := r.Header.Get(HeaderCriticality); v != "" {
+		c, err := ParseCriticality(v)
+		if err != nil && h.badCrit.CompareAndSwap(false, true) {
+			h.logger.Warn("watertighthttp: unknown criticality, taken as critical (logged once)",
+				"header", HeaderCriticality, "error", err)
+		}
+		crit = c
+		ctx = WithCriticality(ctx, crit)
+	}
+	r = r.WithContext(ctx)
+
+	if err := h.deadline.Check(ctx); err != nil {
+		h.shed(w, r, err, "the request's deadline is too short to start it: "+err.Error(), false)
+		return
+	}
+
+	if h.routes != nil {
+		route := h.route(r)
+		a := h.routes.get(route)
+		err := a.acquire(ctx, crit)
+		if err != nil {
+			h.routes.put(a)
+			h.shedAdmission(w, r, a, err)
+			return
+		}
+		defer func() {
+			a.release()
+			h.routes.put(a)
+		}()
+		// The request may have waited: shed it if what is left is too short.
+		if err := h.deadline.Check(ctx); err != nil {
+			h.shed(w, r, err, "the request's deadline became too short to start it while it waited in the queue of route "+shedLine(a.name)+": "+err.Error(), false)
+			return
+		}
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// shedAdmission answers a request that admission refused.
+func (h *handler) shedAdmission(w http.ResponseWriter, r *http.Request, a *admission, err error) {
+	route := shedLine(a.name)
+	switch {
+	case errors.Is(err, ErrDisplaced):
+		h.shed(w, r, err, fmt.Sprintf("route %s is at its limit and the request was displaced from its queue by one of higher criticality", route), true)
+	case errors.Is(err, ErrQueueGaveUp):
+		h.shed(w, r, err, fmt.Sprintf("the request ended while it waited in the queue of route %s: %v", route, context.Cause(r.Context())), false)
+	default:
+		h.shed(w, r, err, fmt.Sprintf("route %s is at its limit of %d requests in flight and %d queued", route, a.max, a.maxQueue), true)
+	}
+}
+
+// shed writes the 503 answer and calls OnShed.
+func (h *handler) shed(w http.ResponseWriter, r *http.Request, reason error, msg string, retryAfter bool) {
+	hd := w.Header()
+	hd.Set("Content-Type", "text/plain; charset=utf-8")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Cache-Control", "no-store")
+	hd.Set(HeaderOverloaded, "true")
+	if retryAfter {
+		hd.Set("Retry-After", "1")
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = io.WriteString(w, "watertight: shed: "+shedLine(msg)+"\n")
+	if h.onShed != nil {
+		h.onShed(r, reason)
+	}
+}
+
+// shedLine makes s safe for a one-line plain-text body: control characters
+// (a route can come from the URL path) become '?'.
+func shedLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// routeTable holds the admission controller of each route, bounded by
+// maxRoutes. refs (guarded by mu) counts the requests that hold a
+// controller, so that one is only evicted when nobody uses it: a route never
+// has two controllers at once.
+type routeTable struct {
+	maxConcurrent, maxQueue, maxRoutes int
+	queuedHook                         func(route string) // for tests; guarded by mu
+
+	mu    sync.Mutex
+	m     map[string]*admission
+	other *admission // shared by the routes that found the table full
+}
+
+// setQueuedHook sets, for tests, a func every admission controller of t
+// calls (outside its lock) when a request joins its queue.
+func (t *routeTable) setQueuedHook(f func(route string)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.queuedHook = f
+	t.other.queued = f
+	for _, a := range t.m {
+		a.queued = f
+	}
+}
+
+func (t *routeTable) get(route string) *admission {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.m[route]
+	if a == nil {
+		if t.maxRoutes >= 0 && len(t.m) >= t.maxRoutes {
+			for k, b := range t.m {
+				if b.refs == 0 {
+					delete(t.m, k)
+				}
+			}
+		}
+		if t.maxRoutes >= 0 && len(t.m) >= t.maxRoutes {
+			a = t.other
+		} else {
+			a = newAdmission(route, t.maxConcurrent, t.maxQueue)
+			a.queued = t.queuedHook
+			t.m[route] = a
+		}
+	}
+	a.refs++
+	return a
+}
+
+func (t *routeTable) put(a *admission) {
+	t.mu.Lock()
+	a.refs--
+	t.mu.Unlock()
+}
+
+// admission is the in-flight limit and queue of one route. See Handler for
+// the queue discipline.
+type admission struct {
+	name     string
+	max      int
+	maxQueue int
+	refs     int               // guarded by routeTable.mu
+	queued   func(name string) // for tests: called when a request joins the queue; set before use
+
+	mu     sync.Mutex
+	active int       // requests let in and not yet released
+	queue  []*waiter // oldest first
+}
+
+// waiter is a queued request. err and the closing of ready are written under
+// admission.mu; ready is closed once the waiter's fate is decided: err nil
+// means it was let in (and holds a place), else it was turned away.
+type waiter struct {
+	ctx   context.Context
+	crit  Criticality
+	ready chan struct{}
+	err   error
+}
+
+func newAdmission(name string, maxConcurrent, maxQueue int) *admission {
+	return &admission{name: name, max: maxConcurrent, maxQueue: maxQueue}
+}
+
+// acquire takes a place for a request of criticality crit, waiting in the
+// queue if need be until let in, displaced, or ctx ends. On success the
+// caller must call release.
+func (a *admission) acquire(ctx context.Context, crit Criticality) error {
+	if ctx.Err() != nil {
+		return a.gaveUp(ctx)
+	}
+	a.mu.Lock()
+	if a.active < a.max && len(a.queue) == 0 {
+		a.active++
+		a.mu.Unlock()
+		return nil
+	}
+	if len(a.queue) >= a.maxQueue {
+		a.dropDeadLocked()
+	}
+	if len(a.queue) >= a.maxQueue {
+		i := a.victimLocked(crit)
+		if i < 0 {
+			a.mu.Unlock()
+			return a.full()
+		}
+		v := a.queue[i]
+		a.removeAtLocked(i)
+		v.err = &routeError{route: a.name, errs: []error{ErrDisplaced}}
+		close(v.ready)
+	}
+	w := &waiter{ctx: ctx, crit: crit, ready: make(chan struct{})}
+	a.queue = append(a.queue, w)
+	queued := a.queued
+	a.mu.Unlock()
+	if queued != nil {
+		queued(a.name)
+	}
+
+	select {
+	case <-w.ready:
+		return w.err
+	case <-ctx.Done():
+	}
+	a.mu.Lock()
+	select {
+	case <-w.ready:
+		if w.err != nil { // turned away as ctx ended
+			a.mu.Unlock()
+			return w.err
+		}
+		// Let in as ctx ended: give the place back, unused.
+		a.active--
+		a.dispatchLocked()
+	default:
+		a.removeLocked(w)
+	}
+	a.mu.Unlock()
+	return a.gaveUp(ctx)
+}
+
+// release gives back a place taken by acquire and lets the next waiter in.
+func (a *admission) release() {
+	a.mu.Lock()
+	a.active--
+	a.dispatchLocked()
+	a.mu.Unlock()
+}
+
+// dispatchLocked lets waiters in while there is room: the highest
+// criticality first; among equals, FIFO while the queue is at most half
+// full, LIFO beyond. Waiters whose context has ended are dropped.
+func (a *admission) dispatchLocked() {
+	for a.active < a.max && len(a.queue) > 0 {
+		i := a.nextLocked()
+		w := a.queue[i]
+		a.removeAtLocked(i)
+		if w.ctx.Err() != nil {
+			w.err = a.gaveUp(w.ctx)
+			close(w.ready)
+			continue
+		}
+		a.active++
+		close(w.ready)
+	}
+}
+
+// nextLocked returns the index of the waiter to let in next.
+func (a *admission) nextLocked() int {
+	lifo := 2*len(a.queue) > a.maxQueue
+	best := -1
+	for i, w := range a.queue {
+		switch {
+		case best < 0, w.crit > a.queue[best].crit:
+			best = i
+		case w.crit == a.queue[best].crit && lifo:
+			best = i // later is newer
+		}
+	}
+	return best
+}
+
+// victimLocked returns the index of the oldest waiter of the lowest
+// criticality below crit, or -1 when there is none.
+func (a *admission) victimLocked(crit Criticality) int {
+	v := -1
+	for i, w := range a.queue {
+		if w.crit < crit && (v < 0 || w.crit < a.queue[v].crit) {
+			v = i
+		}
+	}
+	return v
+}
+
+// dropDeadLocked removes the waiters whose context has ended.
+func (a *admission) dropDeadLocked() {
+	for i := 0; i < len(a.queue); {
+		w := a.queue[i]
+		if w.ctx.Err() == nil {
+			i++
+			continue
+		}
+		a.removeAtLocked(i)
+		w.err = a.gaveUp(w.ctx)
+		close(w.ready)
+	}
+}
+
+func (a *admission) removeLocked(w *waiter) {
+	for i, x := range a.queue {
+		if x == w {
+			a.removeAtLocked(i)
+			return
+		}
+	}
+}
+
+func (a *admission) removeAtLocked(i int) {
+	copy(a.queue[i:], a.queue[i+1:])
+	a.queue[len(a.queue)-1] = nil
+	a.queue = a.queue[:len(a.queue)-1]
+}
+
+func (a *admission) full() error {
+	return &routeError{route: a.name, errs: []error{ErrRouteFull}}
+}
+
+func (a *admission) gaveUp(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	if cause == nil {
+		cause = context.Canceled
+	}
+	errs := []error{ErrQueueGaveUp, cause}
+	if err := ctx.Err(); err != nil && err != cause {
+		errs = append(errs, err)
+	}
+	return &routeError{route: a.name, errs: errs}
+}
+
+// routeError is an admission error labelled with its route.
+type routeError struct {
+	route string
+	errs  []error // the sentinel first
+}
+
+func (e *routeError) Error() string {
+	s := e.errs[0].Error() + ": " + shedQuote(e.route)
+	if len(e.errs) > 1 {
+		s += " (" + e.errs[1].Error() + ")"
+	}
+	return s
+}
+
+func (e *routeError) Unwrap() []error { return e.errs }

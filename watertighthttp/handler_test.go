@@ -1,0 +1,845 @@
+package watertighthttp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/deadline"
+)
+
+// ---- helpers ---------------------------------------------------------------
+
+// hNewServer serves h wrapped by Handler(cfg) on 127.0.0.1 and returns the
+// server and the wrapped handler.
+func hNewServer(t *testing.T, h http.Handler, cfg HandlerConfig) (*httptest.Server, *handler) {
+	t.Helper()
+	wh, err := Handler(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(wh)
+	t.Cleanup(srv.Close)
+	return srv, wh.(*handler)
+}
+
+type hResp struct {
+	status int
+	header http.Header
+	body   string
+	err    error
+}
+
+func hGet(ctx context.Context, client *http.Client, url string, hdr map[string]string) hResp {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return hResp{err: err}
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return hResp{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return hResp{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
+}
+
+func hNewClient(t *testing.T) *http.Client {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+func hPropagator(t *testing.T, cfg deadline.Config) *deadline.Propagator {
+	t.Helper()
+	p, err := deadline.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// hQuietLogger discards deadline's warnings about the malformed headers the
+// tests send.
+func hQuietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func hCheckShed(t *testing.T, r hResp, retryAfter bool, bodyHas string) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("request failed: %v", r.err)
+	}
+	if r.status != http.StatusServiceUnavailable {
+		t.Fatalf("status = %d, want 503 (body %q)", r.status, r.body)
+	}
+	if got := r.header.Get(HeaderOverloaded); got != "true" {
+		t.Errorf("%s = %q, want \"true\"", HeaderOverloaded, got)
+	}
+	if got := r.header.Get("Retry-After"); (got != "") != retryAfter || (retryAfter && got != "1") {
+		t.Errorf("Retry-After = %q, want present=%v", got, retryAfter)
+	}
+	if !strings.HasPrefix(r.body, "watertight: shed: ") || !strings.HasSuffix(r.body, "\n") || strings.Count(r.body, "\n") != 1 {
+		t.Errorf("body is not one line starting with \"watertight: shed: \": %q", r.body)
+	}
+	if !strings.Contains(r.body, bodyHas) {
+		t.Errorf("body %q does not contain %q", r.body, bodyHas)
+	}
+}
+
+// hBlocker is a handler that reports each request it starts (by its "id"
+// query value) and runs until released.
+type hBlocker struct {
+	started chan string
+	release chan struct{}
+	ran     atomic.Int64
+}
+
+func hNewBlocker() *hBlocker {
+	return &hBlocker{started: make(chan string, 100), release: make(chan struct{})}
+}
+
+func (b *hBlocker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.ran.Add(1)
+	b.started <- r.URL.Query().Get("id")
+	select {
+	case <-b.release:
+	case <-r.Context().Done():
+	}
+	fmt.Fprintln(w, "ok", r.URL.Query().Get("id"))
+}
+
+// ---- deadline ----------------------------------------------------------------
+
+func TestHandlerSetsIncomingDeadline(t *testing.T) {
+	p := hPropagator(t, deadline.Config{Max: 10 * time.Second, Logger: hQuietLogger()})
+	type seen struct {
+		left time.Duration
+		ok   bool
+	}
+	got := make(chan seen, 1)
+	srv, _ := hNewServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dl, ok := r.Context().Deadline()
+		got <- seen{time.Until(dl), ok}
+	}), HandlerConfig{Deadline: p})
+	client := hNewClient(t)
+
+	for _, tc := range []struct {
+		name     string
+		value    string
+		ok       bool
+		min, max time.Duration
+	}{
+		{"plain", "2000", true, time.Second, 2 * time.Second},
+		{"absurd clamped to Max", "99999999999999999999999", true, 9 * time.Second, 10 * time.Second},
+		{"huge clamped to Max", "86400000", true, 9 * time.Second, 10 * time.Second},
+		{"malformed ignored", "soon", false, 0, 0},
+		{"negative ignored", "-5", false, 0, 0},
+	} {
+		r := hGet(context.Background(), client, srv.URL, map[string]string{HeaderTimeout: tc.value})
+		if r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("%s: %v %d %q", tc.name, r.err, r.status, r.body)
+		}
+		s := <-got
+		if s.ok != tc.ok {
+			t.Errorf("%s: handler saw a deadline = %v, want %v", tc.name, s.ok, tc.ok)
+			continue
+		}
+		if tc.ok && (s.left <= tc.min || s.left > tc.max) {
+			t.Errorf("%s: handler saw %v left, want in (%v, %v]", tc.name, s.left, tc.min, tc.max)
+		}
+	}
+}
+
+func TestHandlerShedsShortAndPassedDeadlines(t *testing.T) {
+	p := hPropagator(t, deadline.Config{MinRemaining: time.Second, Logger: hQuietLogger()})
+	var ran atomic.Int64
+	var mu sync.Mutex
+	var reasons []error
+	srv, _ := hNewServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran.Add(1) }),
+		HandlerConfig{Deadline: p, OnShed: func(r *http.Request, reason error) {
+			mu.Lock()
+			reasons = append(reasons, reason)
+			mu.Unlock()
+		}})
+	client := hNewClient(t)
+
+	hCheckShed(t, hGet(context.Background(), client, srv.URL, map[string]string{HeaderTimeout: "50"}), false, "too short to start")
+	hCheckShed(t, hGet(context.Background(), client, srv.URL, map[string]string{HeaderTimeout: "0"}), false, "deadline passed")
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("the handler ran %d times for shed requests", n)
+	}
+	// Enough time, and no deadline at all: served.
+	for _, v := range []string{"5000", ""} {
+		if r := hGet(context.Background(), client, srv.URL, map[string]string{HeaderTimeout: v}); r.status != http.StatusOK {
+			t.Fatalf("timeout %q: status %d %q", v, r.status, r.body)
+		}
+	}
+	if n := ran.Load(); n != 2 {
+		t.Fatalf("the handler ran %d times, want 2", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reasons) != 2 {
+		t.Fatalf("OnShed called %d times, want 2", len(reasons))
+	}
+	for _, err := range reasons {
+		if !errors.Is(err, deadline.ErrTooShort) || !watertight.IsRejection(err) {
+			t.Errorf("OnShed reason %v: want deadline.ErrTooShort, a rejection", err)
+		}
+	}
+}
+
+// ---- criticality on the context ------------------------------------------------
+
+type hLogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *hLogBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *hLogBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestHandlerPutsCriticalityOnContext(t *testing.T) {
+	type seen struct {
+		c  Criticality
+		ok bool
+	}
+	got := make(chan seen, 1)
+	var logs hLogBuffer
+	srv, _ := hNewServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, ok := CriticalityFrom(r.Context())
+		got <- seen{c, ok}
+	}), HandlerConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	client := hNewClient(t)
+	for _, tc := range []struct {
+		value string
+		want  seen
+	}{
+		{"sheddable", seen{Sheddable, true}},
+		{"critical-plus", seen{CriticalPlus, true}},
+		{"", seen{Critical, false}},
+		{"bogus", seen{Critical, true}},
+		{"bogus-again", seen{Critical, true}},
+	} {
+		r := hGet(context.Background(), client, srv.URL, map[string]string{HeaderCriticality: tc.value})
+		if r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("%q: %v %d", tc.value, r.err, r.status)
+		}
+		if s := <-got; s != tc.want {
+			t.Errorf("criticality %q: handler saw %v, want %v", tc.value, s, tc.want)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
+		t.Errorf("unknown criticality logged %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// ---- admission end to end ---------------------------------------------------------
+
+func TestHandlerAdmissionQueuesThenRejects(t *testing.T) {
+	b := hNewBlocker()
+	var shed atomic.Int64
+	srv, h := hNewServer(t, b, HandlerConfig{MaxConcurrent: 2, MaxQueue: 1,
+		OnShed: func(r *http.Request, reason error) {
+			if !errors.Is(reason, ErrRouteFull) || !watertight.IsSaturation(reason) {
+				t.Errorf("OnShed reason %v: want ErrRouteFull, a saturation", reason)
+			}
+			shed.Add(1)
+		}})
+	queued := make(chan string, 10)
+	h.routes.setQueuedHook(func(route string) { queued <- route })
+	client := hNewClient(t)
+
+	results := make(chan hResp, 3)
+	for _, id := range []string{"1", "2"} {
+		go func() { results <- hGet(context.Background(), client, srv.URL+"/items?id="+id, nil) }()
+	}
+	running := map[string]bool{<-b.started: true, <-b.started: true}
+	if !running["1"] || !running["2"] {
+		t.Fatalf("running %v, want 1 and 2", running)
+	}
+	go func() { results <- hGet(context.Background(), client, srv.URL+"/items?id=3", nil) }()
+	if route := <-queued; route != "GET /items" {
+		t.Fatalf("queued on route %q, want \"GET /items\"", route)
+	}
+
+	// The fourth finds 2 in flight and 1 queued.
+	hCheckShed(t, hGet(context.Background(), client, srv.URL+"/items?id=4", nil), true,
+		"route GET /items is at its limit of 2 requests in flight and 1 queued")
+	if shed.Load() != 1 {
+		t.Fatalf("OnShed called %d times, want 1", shed.Load())
+	}
+	// Another route is not affected.
+	go func() { results <- hGet(context.Background(), client, srv.URL+"/other?id=5", nil) }()
+	if id := <-b.started; id != "5" {
+		t.Fatalf("started %q, want 5 (other route)", id)
+	}
+
+	// Releasing one lets the queued one in.
+	b.release <- struct{}{}
+	if id := <-b.started; id != "3" {
+		t.Fatalf("started %q, want the queued request 3", id)
+	}
+	close(b.release)
+	for range 4 {
+		if r := <-results; r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("request: %v %d %q", r.err, r.status, r.body)
+		}
+	}
+	if n := b.ran.Load(); n != 4 {
+		t.Fatalf("handler ran %d times, want 4", n)
+	}
+}
+
+func TestHandlerNoQueueRejectsAtOnce(t *testing.T) {
+	b := hNewBlocker()
+	srv, _ := hNewServer(t, b, HandlerConfig{MaxConcurrent: 1, MaxQueue: -1})
+	client := hNewClient(t)
+	done := make(chan hResp, 1)
+	go func() { done <- hGet(context.Background(), client, srv.URL+"/x?id=1", nil) }()
+	<-b.started
+	hCheckShed(t, hGet(context.Background(), client, srv.URL+"/x?id=2", nil), true, "limit of 1 requests in flight and 0 queued")
+	close(b.release)
+	if r := <-done; r.status != http.StatusOK {
+		t.Fatalf("status %d", r.status)
+	}
+}
+
+func TestHandlerNegativeMaxConcurrentDisablesAdmission(t *testing.T) {
+	b := hNewBlocker()
+	srv, h := hNewServer(t, b, HandlerConfig{MaxConcurrent: -1})
+	if h.routes != nil {
+		t.Fatal("admission enabled with MaxConcurrent -1")
+	}
+	client := hNewClient(t)
+	done := make(chan hResp, 5)
+	for i := range 5 {
+		go func() { done <- hGet(context.Background(), client, fmt.Sprintf("%s/x?id=%d", srv.URL, i), nil) }()
+	}
+	for range 5 {
+		<-b.started
+	}
+	close(b.release)
+	for range 5 {
+		if r := <-done; r.status != http.StatusOK {
+			t.Fatalf("status %d", r.status)
+		}
+	}
+}
+
+func TestHandlerQueuedClientGivesUp(t *testing.T) {
+	b := hNewBlocker()
+	reasons := make(chan error, 1)
+	srv, h := hNewServer(t, b, HandlerConfig{MaxConcurrent: 1, MaxQueue: 1,
+		OnShed: func(r *http.Request, reason error) { reasons <- reason }})
+	queued := make(chan string, 10)
+	h.routes.setQueuedHook(func(string) { queued <- "" })
+	client := hNewClient(t)
+
+	first := make(chan hResp, 1)
+	go func() { first <- hGet(context.Background(), client, srv.URL+"/x?id=1", nil) }()
+	<-b.started
+
+	ctx, cancel := context.WithCancel(context.Background())
+	second := make(chan hResp, 1)
+	go func() { second <- hGet(ctx, client, srv.URL+"/x?id=2", nil) }()
+	<-queued
+	cancel()
+	if r := <-second; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("client error %v, want context.Canceled", r.err)
+	}
+	// The server noticed the client left and dropped the queued request.
+	reason := <-reasons
+	if !errors.Is(reason, ErrQueueGaveUp) || !errors.Is(reason, context.Canceled) {
+		t.Fatalf("OnShed reason %v: want ErrQueueGaveUp and context.Canceled", reason)
+	}
+	close(b.release)
+	if r := <-first; r.status != http.StatusOK {
+		t.Fatalf("first: %d", r.status)
+	}
+	// The queue is empty: the next request runs at once.
+	if r := hGet(context.Background(), client, srv.URL+"/x?id=3", nil); r.status != http.StatusOK {
+		t.Fatalf("third: %d %q", r.status, r.body)
+	}
+	if n := b.ran.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2 (the abandoned request must not run)", n)
+	}
+}
+
+// serveInBubble runs the wrapped handler directly (no socket), so that it
+// can run inside a synctest bubble.
+func serveInBubble(h http.Handler, path string, hdr map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(http.MethodGet, path, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestHandlerQueuedRequestDeadlinePasses(t *testing.T) {
+	// A queued request whose propagated deadline passes is answered 503
+	// without running; one let in with less than MinRemaining left is shed
+	// too. Virtual time: the handler is called directly in a bubble.
+	synctest.Test(t, func(t *testing.T) {
+		p := hPropagator(t, deadline.Config{MinRemaining: 100 * time.Millisecond})
+		b := hNewBlocker()
+		reasons := make(chan error, 2)
+		wh, err := Handler(b, HandlerConfig{Deadline: p, MaxConcurrent: 1, MaxQueue: 2,
+			OnShed: func(r *http.Request, reason error) { reasons <- reason }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := make(chan int, 1)
+		go func() { first <- serveInBubble(wh, "/x?id=1", nil).Code }()
+		<-b.started
+		dies := make(chan *httptest.ResponseRecorder, 1)
+		go func() { dies <- serveInBubble(wh, "/x?id=2", map[string]string{HeaderTimeout: "1000"}) }()
+		shortens := make(chan *httptest.ResponseRecorder, 1)
+		go func() { shortens <- serveInBubble(wh, "/x?id=3", map[string]string{HeaderTimeout: "1950"}) }()
+		synctest.Wait() // both queued
+
+		time.Sleep(time.Second) // request 2's deadline passes in the queue
+		rec := <-dies
+		body := rec.Body.String()
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get(HeaderOverloaded) != "true" ||
+			rec.Header().Get("Retry-After") != "" || !strings.Contains(body, "while it waited in the queue of route GET /x") ||
+			!strings.Contains(body, "deadline passed") {
+			t.Fatalf("dead in queue: %d %v %q", rec.Code, rec.Header(), body)
+		}
+		if r := <-reasons; !errors.Is(r, ErrQueueGaveUp) || !errors.Is(r, deadline.ErrExpired) {
+			t.Fatalf("reason %v: want ErrQueueGaveUp and deadline.ErrExpired", r)
+		}
+
+		time.Sleep(900 * time.Millisecond) // request 3 has 50ms left
+		b.release <- struct{}{}            // let it in: too short now
+		rec = <-shortens
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "became too short") {
+			t.Fatalf("too short after the wait: %d %q", rec.Code, rec.Body.String())
+		}
+		if r := <-reasons; !errors.Is(r, deadline.ErrTooShort) {
+			t.Fatalf("reason %v: want deadline.ErrTooShort", r)
+		}
+		if code := <-first; code != http.StatusOK {
+			t.Fatalf("first: %d", code)
+		}
+		if n := b.ran.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+		// The place given back: a new request runs at once.
+		close(b.release)
+		if rec := serveInBubble(wh, "/x?id=4", nil); rec.Code != http.StatusOK {
+			t.Fatalf("after: %d", rec.Code)
+		}
+	})
+}
+
+func TestHandlerCriticalityDisplacesSheddable(t *testing.T) {
+	b := hNewBlocker()
+	srv, h := hNewServer(t, b, HandlerConfig{MaxConcurrent: 1, MaxQueue: 1})
+	queued := make(chan string, 10)
+	h.routes.setQueuedHook(func(string) { queued <- "" })
+	client := hNewClient(t)
+
+	first := make(chan hResp, 1)
+	go func() { first <- hGet(context.Background(), client, srv.URL+"/x?id=1", nil) }()
+	<-b.started
+	sheddable := make(chan hResp, 1)
+	go func() {
+		sheddable <- hGet(context.Background(), client, srv.URL+"/x?id=shed", map[string]string{HeaderCriticality: "sheddable"})
+	}()
+	<-queued
+	critical := make(chan hResp, 1)
+	go func() {
+		critical <- hGet(context.Background(), client, srv.URL+"/x?id=crit", map[string]string{HeaderCriticality: "critical"})
+	}()
+	hCheckShed(t, <-sheddable, true, "displaced")
+	<-queued
+	// A sheddable newcomer cannot displace the critical one.
+	hCheckShed(t, hGet(context.Background(), client, srv.URL+"/x?id=shed2", map[string]string{HeaderCriticality: "sheddable"}), true, "at its limit")
+	b.release <- struct{}{}
+	if id := <-b.started; id != "crit" {
+		t.Fatalf("started %q, want crit", id)
+	}
+	close(b.release)
+	<-first
+	if r := <-critical; r.status != http.StatusOK {
+		t.Fatalf("critical: %d", r.status)
+	}
+}
+
+func TestHandlerClientGoneCancelsHandlerContext(t *testing.T) {
+	causes := make(chan error, 1)
+	started := make(chan struct{})
+	srv, _ := hNewServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-r.Context().Done()
+		causes <- r.Context().Err()
+	}), HandlerConfig{})
+	client := hNewClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan hResp, 1)
+	go func() {
+		done <- hGet(ctx, client, srv.URL, map[string]string{HeaderTimeout: "60000", HeaderCriticality: "sheddable"})
+	}()
+	<-started
+	cancel()
+	if err := <-causes; !errors.Is(err, context.Canceled) {
+		t.Fatalf("handler context ended with %v, want context.Canceled", err)
+	}
+	<-done
+}
+
+func TestHandlerRouteFromPattern(t *testing.T) {
+	b := hNewBlocker()
+	var routes sync.Map
+	wh, err := Handler(b, HandlerConfig{MaxConcurrent: 1, MaxQueue: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wh.(*handler).route = func(r *http.Request) string {
+		routes.Store(defaultRoute(r), true)
+		return defaultRoute(r)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /items/{id}", wh)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	client := hNewClient(t)
+	done := make(chan hResp, 1)
+	go func() { done <- hGet(context.Background(), client, srv.URL+"/items/1?id=1", nil) }()
+	<-b.started
+	// Same pattern, another path: same route, so rejected.
+	hCheckShed(t, hGet(context.Background(), client, srv.URL+"/items/2?id=2", nil), true, "route GET /items/{id} is at its limit")
+	close(b.release)
+	<-done
+	if _, ok := routes.Load("GET /items/{id}"); !ok {
+		t.Fatal("route was not the ServeMux pattern")
+	}
+}
+
+func TestHandlerConfigErrors(t *testing.T) {
+	if _, err := Handler(nil, HandlerConfig{}); err == nil || !strings.Contains(err.Error(), "next") {
+		t.Fatalf("Handler(nil) error = %v, want one naming next", err)
+	}
+	wh, err := Handler(http.NotFoundHandler(), HandlerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := wh.(*handler).routes
+	if rt.maxConcurrent != DefaultMaxConcurrent || rt.maxQueue != DefaultMaxConcurrent || rt.maxRoutes != DefaultMaxRoutes {
+		t.Fatalf("defaults: %d %d %d", rt.maxConcurrent, rt.maxQueue, rt.maxRoutes)
+	}
+}
+
+// ---- route table ------------------------------------------------------------------
+
+func TestRouteTableBound(t *testing.T) {
+	rt := &routeTable{maxConcurrent: 1, maxQueue: 0, maxRoutes: 2, m: map[string]*admission{},
+		other: newAdmission(OtherRoutes, 1, 0)}
+	a := rt.get("a")
+	b := rt.get("b")
+	c := rt.get("c") // table full, nothing idle: shared limit
+	if c != rt.other || c.name != OtherRoutes {
+		t.Fatalf("third route got %q, want %q", c.name, OtherRoutes)
+	}
+	if rt.get("a") != a {
+		t.Fatal("a second get of a route gave another controller")
+	}
+	rt.put(a)
+	rt.put(a)
+	rt.put(c)
+	d := rt.get("d") // a is idle: evicted
+	if d == rt.other || d.name != "d" {
+		t.Fatalf("got %q, want a controller of its own", d.name)
+	}
+	if _, ok := rt.m["a"]; ok {
+		t.Fatal("idle route a not evicted")
+	}
+	if rt.m["b"] != b {
+		t.Fatal("busy route b evicted")
+	}
+	rt.put(b)
+	rt.put(d)
+
+	unbounded := &routeTable{maxConcurrent: 1, maxRoutes: -1, m: map[string]*admission{}, other: newAdmission(OtherRoutes, 1, 0)}
+	for i := range 3000 {
+		if unbounded.get(fmt.Sprint(i)) == unbounded.other {
+			t.Fatal("unbounded table used the shared limit")
+		}
+	}
+}
+
+// ---- admission controller, in a synctest bubble ------------------------------------
+
+// hStartWaiter starts acquire in a goroutine and waits until it blocks.
+func hStartWaiter(a *admission, ctx context.Context, crit Criticality, id string, order chan<- string, errs chan<- error) {
+	go func() {
+		err := a.acquire(ctx, crit)
+		if err != nil {
+			errs <- err
+			return
+		}
+		order <- id
+	}()
+	synctest.Wait()
+}
+
+func TestAdmissionAdaptiveLIFO(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmission("r", 1, 4)
+		ctx := context.Background()
+		if err := a.acquire(ctx, Critical); err != nil {
+			t.Fatal(err)
+		}
+		order := make(chan string, 10)
+		errs := make(chan error, 10)
+		for _, id := range []string{"1", "2", "3", "4"} {
+			hStartWaiter(a, ctx, Critical, id, order, errs)
+		}
+		// Queue of 4 (more than half of 4): LIFO → 4; then 3 left (more
+		// than half): LIFO → 3; then 2 left (half): FIFO → 1, then 2.
+		var got []string
+		for range 4 {
+			a.release()
+			synctest.Wait()
+			got = append(got, <-order)
+		}
+		if s := strings.Join(got, ","); s != "4,3,1,2" {
+			t.Fatalf("served %s, want 4,3,1,2", s)
+		}
+		a.release()
+		if a.active != 0 || len(a.queue) != 0 || len(errs) != 0 {
+			t.Fatalf("active %d, queued %d, errors %d", a.active, len(a.queue), len(errs))
+		}
+	})
+}
+
+func TestAdmissionFIFOWhenShortQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmission("r", 1, 10)
+		ctx := context.Background()
+		_ = a.acquire(ctx, Critical)
+		order := make(chan string, 10)
+		errs := make(chan error, 10)
+		for _, id := range []string{"1", "2", "3"} {
+			hStartWaiter(a, ctx, Critical, id, order, errs)
+		}
+		var got []string
+		for range 3 {
+			a.release()
+			synctest.Wait()
+			got = append(got, <-order)
+		}
+		if s := strings.Join(got, ","); s != "1,2,3" {
+			t.Fatalf("served %s, want 1,2,3", s)
+		}
+		a.release()
+	})
+}
+
+func TestAdmissionDropsDeadWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmission("r", 1, 2)
+		bg := context.Background()
+		_ = a.acquire(bg, Critical)
+		order := make(chan string, 10)
+		errs := make(chan error, 10)
+		short, cancel := context.WithTimeout(bg, time.Second)
+		defer cancel()
+		hStartWaiter(a, short, Critical, "short", order, errs)
+		hStartWaiter(a, bg, Critical, "long", order, errs)
+		time.Sleep(time.Second) // virtual time: the short deadline passes
+		synctest.Wait()
+		err := <-errs
+		if !errors.Is(err, ErrQueueGaveUp) || !errors.Is(err, context.DeadlineExceeded) || !watertight.IsRejection(err) {
+			t.Fatalf("dead waiter error %v: want ErrQueueGaveUp and DeadlineExceeded", err)
+		}
+		if len(a.queue) != 1 {
+			t.Fatalf("queue length %d after the dead waiter left, want 1", len(a.queue))
+		}
+		a.release()
+		synctest.Wait()
+		if id := <-order; id != "long" {
+			t.Fatalf("served %q, want long", id)
+		}
+		a.release()
+		if a.active != 0 {
+			t.Fatalf("active %d", a.active)
+		}
+	})
+}
+
+func TestAdmissionDispatchSkipsDeadWaiter(t *testing.T) {
+	// A waiter whose context is done but that has not yet left the queue
+	// (its goroutine has not run) is skipped by the dispatcher, and a full
+	// queue makes room by dropping it.
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmission("r", 1, 1)
+		bg := context.Background()
+		_ = a.acquire(bg, Critical)
+		dead, cancel := context.WithCancel(bg)
+		cancel()
+		a.mu.Lock()
+		w := &waiter{ctx: dead, crit: Critical, ready: make(chan struct{})}
+		a.queue = append(a.queue, w)
+		a.mu.Unlock()
+		order := make(chan string, 1)
+		errs := make(chan error, 1)
+		hStartWaiter(a, bg, Sheddable, "alive", order, errs) // full queue: the dead one makes room
+		<-w.ready
+		if !errors.Is(w.err, ErrQueueGaveUp) {
+			t.Fatalf("dead waiter err %v", w.err)
+		}
+		a.release()
+		synctest.Wait()
+		if id := <-order; id != "alive" {
+			t.Fatalf("served %q", id)
+		}
+		a.release()
+	})
+}
+
+func TestAdmissionCriticality(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmission("r", 1, 2)
+		bg := context.Background()
+		_ = a.acquire(bg, Critical)
+		order := make(chan string, 10)
+		errs := make(chan error, 10)
+		hStartWaiter(a, bg, SheddablePlus, "sp", order, errs)
+		hStartWaiter(a, bg, Sheddable, "s1", order, errs)
+		// Full. A critical request displaces the lowest (s1), not sp.
+		hStartWaiter(a, bg, Critical, "c", order, errs)
+		if err := <-errs; !errors.Is(err, ErrDisplaced) || !watertight.IsSaturation(err) {
+			t.Fatalf("displaced error %v", err)
+		}
+		// A sheddable newcomer finds nothing lower: rejected at once.
+		if err := a.acquire(bg, Sheddable); !errors.Is(err, ErrRouteFull) {
+			t.Fatalf("sheddable newcomer: %v, want ErrRouteFull", err)
+		}
+		// critical-plus displaces sp, the lowest left.
+		hStartWaiter(a, bg, CriticalPlus, "cp", order, errs)
+		if err := <-errs; !errors.Is(err, ErrDisplaced) {
+			t.Fatalf("sp: %v", err)
+		}
+		// Served highest first: cp then c.
+		var got []string
+		for range 2 {
+			a.release()
+			synctest.Wait()
+			got = append(got, <-order)
+		}
+		if s := strings.Join(got, ","); s != "cp,c" {
+			t.Fatalf("served %s, want cp,c", s)
+		}
+		a.release()
+		if a.active != 0 || len(a.queue) != 0 {
+			t.Fatalf("active %d, queued %d", a.active, len(a.queue))
+		}
+	})
+}
+
+func TestAdmissionStress(t *testing.T) {
+	const maxc, maxq, workers, rounds = 3, 4, 32, 200
+	a := newAdmission("r", maxc, maxq)
+	var inside, peak atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range rounds {
+				ctx, cancel := context.WithCancel(context.Background())
+				if rng.IntN(4) == 0 {
+					cancel() // some give up at once or soon
+				} else if rng.IntN(4) == 0 {
+					go cancel()
+				}
+				crit := Criticality(rng.IntN(4) - 2)
+				if err := a.acquire(ctx, crit); err == nil {
+					n := inside.Add(1)
+					for {
+						p := peak.Load()
+						if n <= p || peak.CompareAndSwap(p, n) {
+							break
+						}
+					}
+					inside.Add(-1)
+					a.release()
+				} else if !watertight.IsSaturation(err) {
+					t.Errorf("acquire: %v is not a saturation", err)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > maxc {
+		t.Fatalf("peak in flight %d > %d", p, maxc)
+	}
+	if a.active != 0 || len(a.queue) != 0 {
+		t.Fatalf("after the storm: active %d, queued %d", a.active, len(a.queue))
+	}
+}
+
+// ---- example ----------------------------------------------------------------------
+
+func ExampleHandler() {
+	p, _ := deadline.New(deadline.Config{MinRemaining: 50 * time.Millisecond})
+	h, err := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, hasDeadline := r.Context().Deadline()
+		fmt.Fprintln(w, "served; deadline on the context:", hasDeadline)
+	}), HandlerConfig{Deadline: p, MaxConcurrent: 10, MaxQueue: 10})
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	send := func(timeoutMs string) {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/items", nil)
+		req.Header.Set(HeaderTimeout, timeoutMs)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			panic(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		line := string(body)
+		if before, _, found := strings.Cut(line, " to start"); found {
+			line = before + " ...\n" // drop the numbers, which vary
+		}
+		fmt.Printf("%d %s=%q %s", resp.StatusCode, HeaderOverloaded, resp.Header.Get(HeaderOverloaded), line)
+	}
+	send("2000") // two seconds left: served
+	send("10")   // 10ms left, less than the 50ms needed: shed
+	http.DefaultClient.CloseIdleConnections()
+	// Output:
+	// 200 X-Overloaded="" served; deadline on the context: true
+	// 503 X-Overloaded="true" watertight: shed: the request's deadline is too short ...
+}

@@ -1,0 +1,367 @@
+package watertighthttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/circuit"
+	"github.com/watertight-go/watertight/deadline"
+	"github.com/watertight-go/watertight/retry"
+)
+
+// ErrBodyNotReplayable is the reason of a *retry.SkippedError returned by
+// Transport.RoundTrip when a request that would have been retried was not,
+// because its body cannot be sent again: it has a Body and no GetBody
+// (http.NewRequest sets GetBody for a *bytes.Buffer, *bytes.Reader or
+// *strings.Reader body).
+var ErrBodyNotReplayable = errors.New("watertighthttp: not retried: the request body cannot be replayed (set GetBody)")
+
+// TransportConfig configures a Transport. The zero value is valid: the
+// default transport, no breaker, no bulkhead, the retry package's defaults
+// (three attempts, full-jitter backoff, no budget) and the deadline
+// package's defaults.
+type TransportConfig struct {
+	// Base is the transport that sends each attempt. If nil,
+	// http.DefaultTransport.
+	Base http.RoundTripper
+	// Key returns the key under which a request finds its breaker and its
+	// bulkhead in the registries: a host, a route. If nil, req.URL.Host.
+	// Keys should come from a bounded set.
+	Key func(*http.Request) string
+	// Breakers gives each key its circuit breaker. If nil, no breaker. With
+	// the breaker's default Classify (watertight.Classify), an HTTP answer
+	// counts as ClassifyStatus says: a 4xx other than 429 is ignored, a 5xx
+	// and a 429 are failures; a transport error is a failure, a
+	// cancellation by the caller is ignored.
+	Breakers *circuit.Registry
+	// Bulkheads gives each key its bulkhead, which bounds the attempts in
+	// flight to that key. If nil, no bulkhead.
+	Bulkheads *bulkhead.Registry
+	// Retry configures the retry policy. The Transport decides per request
+	// whether it may be retried, whatever Retry.Idempotent says: requests
+	// with an idempotent method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), an
+	// Idempotency-Key header, or a context marked by retry.Idempotent or
+	// retry.WithIdempotencyKey, and whose body can be replayed. If
+	// Retry.Retryable is nil, retry.IsTransient decides, which retries
+	// 429, 502, 503, 504 and transport errors (see StatusError and
+	// ClassifyStatus); a custom Retryable sees *StatusError errors for HTTP
+	// answers. MaxAttempts 1 disables retries.
+	Retry retry.Config
+	// Deadline sends the time left before the request context's deadline,
+	// minus a margin, on every attempt. If nil,
+	// deadline.New(deadline.DefaultConfig()).
+	Deadline *deadline.Propagator
+}
+
+// Transport is an http.RoundTripper that sends requests through a retry
+// policy, a per-key circuit breaker and a per-key bulkhead, in that order
+// (outermost first), and on every attempt sets HeaderAttempt, the deadline
+// header (Config.Deadline), the Idempotency-Key of a context marked with
+// retry.WithIdempotencyKey, and the criticality of the context
+// (CriticalityFrom) as HeaderCriticality, unless the request sets them.
+//
+// What RoundTrip returns:
+//
+//   - when the final attempt got an HTTP answer, that response and a nil
+//     error, whatever its status: a 404 or a 503 reaches the caller as a
+//     response (the breaker and the retry policy saw it as an error, a
+//     *StatusError). When the retries were exhausted or the retry budget
+//     refused one, the response is given HeaderOverloaded: true (if it
+//     does not carry the signal already): this layer retried, the layers
+//     above should not. A response that carried the overloaded signal
+//     (IsOverloadedResponse) is returned as it is, not retried, header kept.
+//   - otherwise an error: a rejection (open breaker, full bulkhead, no time
+//     left: watertight.IsRejection), a *retry.ExhaustedError
+//     (watertight.IsOverloaded holds), a *retry.SkippedError, or the
+//     transport's error.
+//
+// The bodies of attempts that were discarded for a retry are drained (up to
+// 64 KiB) and closed, so their connections go back to the pool. A request
+// with a body is replayed through GetBody; a request whose body cannot be
+// replayed is sent once, and if it would have been retried, the error is a
+// *retry.SkippedError with the reason ErrBodyNotReplayable (for an HTTP
+// answer, the reason goes to Retry.OnEvent as a Skipped event).
+//
+// A Transport is safe for concurrent use. It keeps the pipeline it builds
+// for each key, so that a request costs no pipeline allocation.
+type Transport struct {
+	base      http.RoundTripper
+	key       func(*http.Request) string
+	breakers  *circuit.Registry
+	bulkheads *bulkhead.Registry
+	dl        *deadline.Propagator
+
+	idem, once, single *retry.Policy
+	retryable          func(error) bool
+	retries            bool // MaxAttempts != 1
+	onEvent            func(retry.Event)
+	name               string
+
+	shared *pipes   // no registries: one set of pipelines for every key
+	cache  sync.Map // key string → *pipes
+	cached atomic.Int64
+}
+
+// maxCached bounds the pipelines a Transport keeps; beyond it, the cache is
+// cleared and rebuilt as requests come.
+const maxCached = 4096
+
+// pipes are the pipelines of one key: retrying, sent once for a request
+// that is not idempotent, and sent once for an idempotent request whose
+// body cannot be replayed.
+type pipes struct {
+	breaker            *circuit.Breaker
+	bulk               *bulkhead.Bulkhead
+	idem, once, single *watertight.Pipeline
+}
+
+// NewTransport returns a Transport for cfg, or an error naming the invalid
+// field.
+func NewTransport(cfg TransportConfig) (*Transport, error) {
+	t := &Transport{
+		base:      cfg.Base,
+		key:       cfg.Key,
+		breakers:  cfg.Breakers,
+		bulkheads: cfg.Bulkheads,
+		dl:        cfg.Deadline,
+		retries:   cfg.Retry.MaxAttempts != 1,
+		onEvent:   cfg.Retry.OnEvent,
+		name:      cfg.Retry.Name,
+		retryable: cfg.Retry.Retryable,
+	}
+	if t.base == nil {
+		t.base = http.DefaultTransport
+	}
+	if t.key == nil {
+		t.key = func(r *http.Request) string { return r.URL.Host }
+	}
+	if t.retryable == nil {
+		t.retryable = retry.IsTransient
+	}
+	if t.dl == nil {
+		p, err := deadline.New(deadline.DefaultConfig())
+		if err != nil {
+			return nil, err
+		}
+		t.dl = p
+	}
+	rc := cfg.Retry
+	rc.OnEvent = t.event
+	var err error
+	rc.Idempotent = true
+	if t.idem, err = retry.New(rc); err != nil {
+		return nil, fmt.Errorf("watertighthttp: TransportConfig.Retry: %w", err)
+	}
+	rc.Idempotent = false
+	if t.once, err = retry.New(rc); err != nil {
+		return nil, fmt.Errorf("watertighthttp: TransportConfig.Retry: %w", err)
+	}
+	rc.MaxAttempts = 1
+	if t.single, err = retry.New(rc); err != nil {
+		return nil, fmt.Errorf("watertighthttp: TransportConfig.Retry: %w", err)
+	}
+	if t.breakers == nil && t.bulkheads == nil {
+		t.shared = t.build(nil, nil)
+	}
+	return t, nil
+}
+
+// event passes the retry policy's events on to Retry.OnEvent, after
+// discarding the body of an attempt that is about to be retried: its
+// connection goes back to the pool before the wait.
+func (t *Transport) event(ev retry.Event) {
+	if ev.Kind == retry.Scheduled {
+		var se *StatusError
+		if errors.As(ev.Err, &se) {
+			se.discard()
+		}
+	}
+	if t.onEvent != nil {
+		t.onEvent(ev)
+	}
+}
+
+func (t *Transport) build(b *circuit.Breaker, h *bulkhead.Bulkhead) *pipes {
+	p := &pipes{breaker: b, bulk: h}
+	mk := func(r *retry.Policy) *watertight.Pipeline {
+		pols := []watertight.Policy{r}
+		if b != nil {
+			pols = append(pols, b)
+		}
+		if h != nil {
+			pols = append(pols, h)
+		}
+		return watertight.New(pols...)
+	}
+	p.idem, p.once, p.single = mk(t.idem), mk(t.once), mk(t.single)
+	return p
+}
+
+// pipes returns the pipelines for req's key, built once per key (and again
+// when a registry replaced the key's breaker or bulkhead).
+func (t *Transport) pipes(req *http.Request) (*pipes, error) {
+	if t.shared != nil {
+		return t.shared, nil
+	}
+	key := t.key(req)
+	var b *circuit.Breaker
+	var h *bulkhead.Bulkhead
+	var err error
+	if t.breakers != nil {
+		if b, err = t.breakers.Get(key); err != nil {
+			return nil, err
+		}
+	}
+	if t.bulkheads != nil {
+		if h, err = t.bulkheads.Get(key); err != nil {
+			return nil, err
+		}
+	}
+	if v, ok := t.cache.Load(key); ok {
+		if p := v.(*pipes); p.breaker == b && p.bulk == h {
+			return p, nil
+		}
+	}
+	p := t.build(b, h)
+	if t.cached.Add(1) > maxCached {
+		t.cache.Clear()
+		t.cached.Store(1)
+	}
+	t.cache.Store(key, p)
+	return p, nil
+}
+
+// idempotentMethod reports whether method is idempotent (RFC 9110 §9.2.2).
+func idempotentMethod(method string) bool {
+	switch method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// RoundTrip implements http.RoundTripper; see Transport for what it returns.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	p, err := t.pipes(req)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	idempotent := idempotentMethod(req.Method) || req.Header.Get(HeaderIdempotencyKey) != "" || retry.IsIdempotent(ctx)
+	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	pipe := p.once
+	switch {
+	case idempotent && replayable:
+		pipe = p.idem
+	case idempotent:
+		pipe = p.single
+	}
+	a := &attempt{t: t, req: req}
+	resp, err := watertight.Do(ctx, pipe, a.do)
+	if !a.bodySent {
+		closeBody(req)
+	}
+	if err == nil {
+		return resp, nil
+	}
+	if pipe == p.single && t.retries && ctx.Err() == nil && t.wouldRetry(err) {
+		skipped := &retry.SkippedError{Attempts: a.n, Reason: ErrBodyNotReplayable, Err: err}
+		if t.onEvent != nil {
+			t.onEvent(retry.Event{Name: t.name, Kind: retry.Skipped, Attempt: a.n, Err: err, Reason: ErrBodyNotReplayable})
+		}
+		err = skipped
+	}
+	var se *StatusError
+	if errors.As(err, &se) && se == a.last {
+		if se.discarded {
+			// A retry was scheduled, but the caller's context ended during
+			// the wait: the answer was already discarded.
+			return nil, fmt.Errorf("%w (while waiting to retry after: %v)", ctx.Err(), err)
+		}
+		// The final answer is an HTTP response: the caller gets it.
+		if watertight.IsOverloaded(err) && !IsOverloadedResponse(se.Response) {
+			se.Response.Header.Set(HeaderOverloaded, "true")
+		}
+		return se.Response, nil
+	}
+	a.last.discard()
+	return nil, err
+}
+
+// wouldRetry reports whether the retry policy would retry err.
+func (t *Transport) wouldRetry(err error) bool {
+	if watertight.IsRejection(err) || watertight.IsOverloaded(err) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	return t.retryable(err)
+}
+
+// attempt is one request's state across its attempts.
+type attempt struct {
+	t        *Transport
+	req      *http.Request
+	n        int          // attempts started
+	bodySent bool         // req.Body went to the inner transport
+	last     *StatusError // the last attempt's HTTP answer, if it was one
+}
+
+// do sends one attempt: a clone of the request under the attempt's context,
+// with a fresh body after the first attempt and the watertight headers.
+func (a *attempt) do(ctx context.Context) (*http.Response, error) {
+	a.n++
+	if a.last != nil { // a retry: the previous answer is discarded
+		a.last.discard()
+		a.last = nil
+	}
+	r := a.req.Clone(ctx)
+	if a.n > 1 && a.req.Body != nil && a.req.Body != http.NoBody {
+		body, err := a.req.GetBody()
+		if err != nil {
+			return nil, retry.MarkPermanent(errors.New("watertighthttp: GetBody: " + err.Error()))
+		}
+		r.Body = body
+	}
+	r.Header.Set(HeaderAttempt, strconv.Itoa(a.n))
+	if r.Header.Get(HeaderIdempotencyKey) == "" {
+		if k, ok := retry.IdempotencyKey(ctx); ok {
+			r.Header.Set(HeaderIdempotencyKey, k)
+		}
+	}
+	if r.Header.Get(HeaderCriticality) == "" {
+		if c, ok := CriticalityFrom(ctx); ok {
+			r.Header.Set(HeaderCriticality, c.String())
+		}
+	}
+	if err := a.t.dl.Inject(ctx, r.Header); err != nil {
+		if a.n > 1 && r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, err
+	}
+	if a.n == 1 {
+		a.bodySent = true
+	}
+	resp, err := a.t.base.RoundTrip(r)
+	if err != nil {
+		return nil, transportError(ctx, err)
+	}
+	if err := statusError(resp); err != nil {
+		errors.As(err, &a.last)
+		return nil, err
+	}
+	return resp, nil
+}

@@ -1,0 +1,749 @@
+package watertighthttp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/backoff"
+	"github.com/watertight-go/watertight/budget"
+	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/circuit"
+	"github.com/watertight-go/watertight/deadline"
+	"github.com/watertight-go/watertight/retry"
+	"github.com/watertight-go/watertight/watertighthttp"
+)
+
+// hit is what the server saw of one request.
+type hit struct {
+	at       time.Time
+	attempt  string
+	timeout  string
+	key      string
+	crit     string
+	body     string
+	method   string
+	urlPath  string
+	overload string
+}
+
+// recorder is an http.Handler that records every request and answers the
+// n-th one (0-based) with answer(n, w, r).
+type recorder struct {
+	mu     sync.Mutex
+	hits   []hit
+	answer func(n int, w http.ResponseWriter, r *http.Request)
+}
+
+func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	rec.mu.Lock()
+	n := len(rec.hits)
+	rec.hits = append(rec.hits, hit{
+		at:      time.Now(),
+		attempt: r.Header.Get(watertighthttp.HeaderAttempt),
+		timeout: r.Header.Get(watertighthttp.HeaderTimeout),
+		key:     r.Header.Get(watertighthttp.HeaderIdempotencyKey),
+		crit:    r.Header.Get(watertighthttp.HeaderCriticality),
+		body:    string(b),
+		method:  r.Method,
+		urlPath: r.URL.Path,
+	})
+	rec.mu.Unlock()
+	rec.answer(n, w, r)
+}
+
+func (rec *recorder) seen() []hit {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]hit(nil), rec.hits...)
+}
+
+// failThenOK answers the first n requests with status (and the extra
+// headers), then 200 "ok".
+func failThenOK(n, status int, headers ...string) func(int, http.ResponseWriter, *http.Request) {
+	return func(i int, w http.ResponseWriter, r *http.Request) {
+		if i < n {
+			for j := 0; j+1 < len(headers); j += 2 {
+				w.Header().Set(headers[j], headers[j+1])
+			}
+			w.WriteHeader(status)
+			io.WriteString(w, "failed "+strconv.Itoa(i))
+			return
+		}
+		io.WriteString(w, "ok")
+	}
+}
+
+func always(status int, headers ...string) func(int, http.ResponseWriter, *http.Request) {
+	return failThenOK(1<<30, status, headers...)
+}
+
+// hangUp closes the connection without an answer.
+func hangUp(_ int, w http.ResponseWriter, _ *http.Request) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		panic(err)
+	}
+	conn.Close()
+}
+
+func newServer(t *testing.T, answer func(int, http.ResponseWriter, *http.Request)) (*httptest.Server, *recorder) {
+	t.Helper()
+	rec := &recorder{answer: answer}
+	srv := httptest.NewServer(rec)
+	t.Cleanup(srv.Close)
+	return srv, rec
+}
+
+func fastBackoff(t *testing.T) *backoff.Backoff {
+	t.Helper()
+	b, err := backoff.New(backoff.Config{Base: time.Millisecond, Cap: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// newClient returns a client whose Transport sends through srv's own
+// transport (closed with the server) with cfg; cfg.Retry.Backoff defaults
+// to 1ms.
+func newClient(t *testing.T, srv *httptest.Server, cfg watertighthttp.TransportConfig) *http.Client {
+	t.Helper()
+	if cfg.Base == nil {
+		cfg.Base = srv.Client().Transport
+	}
+	if cfg.Retry.Backoff == nil {
+		cfg.Retry.Backoff = fastBackoff(t)
+	}
+	tr, err := watertighthttp.NewTransport(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: tr}
+}
+
+func do(t *testing.T, c *http.Client, req *http.Request) (*http.Response, string, error) {
+	t.Helper()
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, string(b), err
+}
+
+func get(t *testing.T, c *http.Client, url string) (*http.Response, string, error) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return do(t, c, req)
+}
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestGetRetriedOn503WithAttemptAndDeadlineHeaders(t *testing.T) {
+	srv, rec := newServer(t, failThenOK(2, http.StatusServiceUnavailable))
+	b, err := backoff.New(backoff.Config{Jitter: backoff.None, Base: 3 * time.Millisecond, Cap: 3 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, srv, watertighthttp.TransportConfig{Retry: retry.Config{Backoff: b}})
+	req, _ := http.NewRequestWithContext(ctxTimeout(t, 10*time.Second), http.MethodGet, srv.URL, nil)
+	resp, body, err := do(t, c, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("got %d %q, want 200 ok", resp.StatusCode, body)
+	}
+	hits := rec.seen()
+	if len(hits) != 3 {
+		t.Fatalf("server saw %d requests, want 3", len(hits))
+	}
+	prev := int64(1 << 62)
+	for i, h := range hits {
+		if h.attempt != strconv.Itoa(i+1) {
+			t.Errorf("request %d: attempt header %q, want %d", i, h.attempt, i+1)
+		}
+		ms, err := strconv.ParseInt(h.timeout, 10, 64)
+		if err != nil {
+			t.Fatalf("request %d: timeout header %q: %v", i, h.timeout, err)
+		}
+		if ms <= 0 || ms > 10000-int64(deadline.DefaultMargin/time.Millisecond) {
+			t.Errorf("request %d: timeout %dms, want in (0, 9900]", i, ms)
+		}
+		if ms >= prev {
+			t.Errorf("request %d: timeout %dms, not below the previous %dms", i, ms, prev)
+		}
+		prev = ms
+	}
+}
+
+func TestNoDeadlineNoTimeoutHeader(t *testing.T) {
+	srv, rec := newServer(t, always(http.StatusOK))
+	c := newClient(t, srv, watertighthttp.TransportConfig{})
+	if _, _, err := get(t, c, srv.URL); err != nil {
+		t.Fatal(err)
+	}
+	if h := rec.seen()[0]; h.timeout != "" || h.attempt != "1" {
+		t.Fatalf("timeout header %q, attempt %q; want none and 1", h.timeout, h.attempt)
+	}
+}
+
+func TestDeadlineTooShortNotSent(t *testing.T) {
+	srv, rec := newServer(t, always(http.StatusOK))
+	c := newClient(t, srv, watertighthttp.TransportConfig{})
+	body := &closeCounter{Reader: strings.NewReader("x")}
+	// 50ms left is less than the default 100ms margin.
+	req, _ := http.NewRequestWithContext(ctxTimeout(t, 50*time.Millisecond), http.MethodPut, srv.URL, body)
+	_, _, err := do(t, c, req)
+	if !errors.Is(err, deadline.ErrTooShort) || !watertight.IsRejection(err) {
+		t.Fatalf("err = %v, want deadline.ErrTooShort, a rejection", err)
+	}
+	if n := len(rec.seen()); n != 0 {
+		t.Fatalf("server saw %d requests, want 0", n)
+	}
+	if body.closed.Load() != 1 {
+		t.Fatalf("request body closed %d times, want 1", body.closed.Load())
+	}
+}
+
+type closeCounter struct {
+	io.Reader
+	closed atomic.Int32
+}
+
+func (c *closeCounter) Close() error { c.closed.Add(1); return nil }
+
+func TestPostNotRetried(t *testing.T) {
+	srv, rec := newServer(t, always(http.StatusServiceUnavailable))
+	c := newClient(t, srv, watertighthttp.TransportConfig{})
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("payload"))
+	resp, body, err := do(t, c, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || body != "failed 0" {
+		t.Fatalf("got %d %q, want the server's 503", resp.StatusCode, body)
+	}
+	if watertighthttp.IsOverloadedResponse(resp) {
+		t.Fatal("a request not retried must not be marked overloaded")
+	}
+	if n := len(rec.seen()); n != 1 {
+		t.Fatalf("server saw %d requests, want 1", n)
+	}
+}
+
+func TestPostNotRetriedOnTransportError(t *testing.T) {
+	srv, rec := newServer(t, hangUp)
+	c := newClient(t, srv, watertighthttp.TransportConfig{})
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("payload"))
+	_, _, err := do(t, c, req)
+	if !errors.Is(err, retry.ErrNotIdempotent) {
+		t.Fatalf("err = %v, want retry.ErrNotIdempotent", err)
+	}
+	if n := len(rec.seen()); n != 1 {
+		t.Fatalf("server saw %d requests, want 1", n)
+	}
+}
+
+func TestPostWithIdempotencyKeyRetriedWithSameKeyAndBody(t *testing.T) {
+	srv, rec := newServer(t, failThenOK(2, http.StatusBadGateway))
+	c := newClient(t, srv, watertighthttp.TransportConfig{})
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("payload"))
+	req.Header.Set(watertighthttp.HeaderIdempotencyKey, "k-1")
+	resp, body, err := do(t, c, req)
+	if err != nil || resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("got %v %q %v, want 200 ok", resp, body, err)
+	}
+	hits := rec.seen()
+	if len(hits) != 3 {
+		t.Fatalf("server saw %d requests, want 3", len(hits))
+	}
+	for i, h := range hits {
+		if h.key != "k-1" || h.body != "payload" || h.method != http.MethodPost {
+			t.Errorf("request %d: %s key %q body %q, want POST k-1 payload", i, h.method, h.key, h.body)
+		}
+	}
+}
+
+func TestContextIdempotencyKeySentAndRetried(t *testing.T) {
+	srv, rec := newServer(t, failThenOK(1, http.StatusServiceUnavailable))
+	c := newClient(t, srv, watertighthttp.TransportConfig{})
+	ctx := retry.WithIdempotencyKey(context.Background(), "ctx-key")
+	ctx = watertighthttp.WithCriticality(ctx, watertighthttp.Sheddable)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPatch, srv.URL, strings.NewReader("p"))
+	if _, _, err := do(t, c, req); err != nil {
+		t.Fatal(err)
+	}
+	hits := rec.seen()
+	if len(hits) != 2 {
+		t.Fatalf("server saw %d requests, want 2", len(hits))
+	}
+	for i, h := range hits {
+		if h.key != "ctx-key" || h.body != "p" || h.crit != "sheddable" {
+			t.Errorf("request %d: key %q body %q criticality %q", i, h.key, h.body, h.crit)
+		}
+	}
+}
+
+func TestBodyNotReplayable(t *testing.T) {
+	t.Run("transport error", func(t *testing.T) {
+		srv, rec := newServer(t, hangUp)
+		c := newClient(t, srv, watertighthttp.TransportConfig{})
+		// A body of a type http.NewRequest does not know: no GetBody.
+		req, _ := http.NewRequest(http.MethodPut, srv.URL, io.NopCloser(strings.NewReader("x")))
+		if req.GetBody != nil {
+			t.Fatal("GetBody set")
+		}
+		_, _, err := do(t, c, req)
+		var skipped *retry.SkippedError
+		if !errors.As(err, &skipped) || !errors.Is(err, watertighthttp.ErrBodyNotReplayable) {
+			t.Fatalf("err = %v, want a SkippedError for ErrBodyNotReplayable", err)
+		}
+		if !strings.Contains(err.Error(), "cannot be replayed (set GetBody)") {
+			t.Fatalf("err = %v, want it to say why", err)
+		}
+		if n := len(rec.seen()); n != 1 {
+			t.Fatalf("server saw %d requests, want 1", n)
+		}
+	})
+	t.Run("response", func(t *testing.T) {
+		srv, rec := newServer(t, always(http.StatusServiceUnavailable))
+		var events []retry.Event
+		c := newClient(t, srv, watertighthttp.TransportConfig{Retry: retry.Config{
+			OnEvent: func(ev retry.Event) { events = append(events, ev) },
+		}})
+		req, _ := http.NewRequest(http.MethodPut, srv.URL, io.NopCloser(strings.NewReader("x")))
+		resp, _, err := do(t, c, req)
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("got %v %v, want the 503 response", resp, err)
+		}
+		if n := len(rec.seen()); n != 1 {
+			t.Fatalf("server saw %d requests, want 1", n)
+		}
+		if len(events) != 1 || events[0].Kind != retry.Skipped || events[0].Reason != watertighthttp.ErrBodyNotReplayable {
+			t.Fatalf("events %+v, want one Skipped for ErrBodyNotReplayable", events)
+		}
+	})
+}
+
+func newBreakers(t *testing.T) *circuit.Registry {
+	t.Helper()
+	r, err := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{
+		WindowSize: 4, MinCalls: 2, FailureRateThreshold: 50, OpenDuration: time.Hour,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestNotFoundReturnedNotRetriedNotCounted(t *testing.T) {
+	srv, rec := newServer(t, always(http.StatusNotFound))
+	breakers := newBreakers(t)
+	c := newClient(t, srv, watertighthttp.TransportConfig{Breakers: breakers})
+	for range 3 {
+		resp, body, err := get(t, c, srv.URL)
+		if err != nil || resp.StatusCode != http.StatusNotFound || !strings.HasPrefix(body, "failed") {
+			t.Fatalf("got %v %q %v, want the 404 response", resp, body, err)
+		}
+	}
+	if n := len(rec.seen()); n != 3 {
+		t.Fatalf("server saw %d requests, want 3 (no retry)", n)
+	}
+	snaps := breakers.Snapshots()
+	if len(snaps) != 1 || snaps[0].Name != srv.Listener.Addr().String() {
+		t.Fatalf("snapshots %+v, want one breaker named by the host", snaps)
+	}
+	if s := snaps[0]; s.State != circuit.Closed || s.Failures != 0 || s.Calls != 0 {
+		t.Fatalf("breaker %+v, want closed with no call counted", s)
+	}
+}
+
+func TestServerErrorsOpenTheBreaker(t *testing.T) {
+	srv, rec := newServer(t, always(http.StatusInternalServerError))
+	breakers := newBreakers(t)
+	c := newClient(t, srv, watertighthttp.TransportConfig{Breakers: breakers})
+	for range 2 {
+		resp, _, err := get(t, c, srv.URL)
+		if err != nil || resp.StatusCode != 500 {
+			t.Fatalf("got %v %v, want the 500 response", resp, err)
+		}
+	}
+	if n := len(rec.seen()); n != 2 {
+		t.Fatalf("server saw %d requests, want 2 (500 is not retried)", n)
+	}
+	_, _, err := get(t, c, srv.URL)
+	if !watertight.IsRejection(err) || !errors.Is(err, circuit.ErrOpen) {
+		t.Fatalf("err = %v, want circuit.ErrOpen, a rejection", err)
+	}
+	if n := len(rec.seen()); n != 2 {
+		t.Fatalf("server saw %d requests, want 2: the open breaker must not let the call through", n)
+	}
+	if s := breakers.Snapshots()[0]; s.State != circuit.Open || s.Rejected != 1 {
+		t.Fatalf("breaker %+v, want open with one rejection", s)
+	}
+}
+
+func TestKeyFunction(t *testing.T) {
+	srv, _ := newServer(t, always(http.StatusOK))
+	breakers := newBreakers(t)
+	c := newClient(t, srv, watertighthttp.TransportConfig{
+		Breakers: breakers,
+		Key:      func(r *http.Request) string { return r.URL.Path },
+	})
+	for _, p := range []string{"/a", "/b", "/a"} {
+		if _, _, err := get(t, c, srv.URL+p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snaps := breakers.Snapshots()
+	if len(snaps) != 2 || snaps[0].Name != "/a" || snaps[1].Name != "/b" || snaps[0].Calls != 2 {
+		t.Fatalf("snapshots %+v, want /a (2 calls) and /b", snaps)
+	}
+}
+
+func TestOverloadedSignal(t *testing.T) {
+	for _, h := range []string{watertighthttp.HeaderOverloaded, watertighthttp.HeaderEnvoyOverloaded} {
+		t.Run(h, func(t *testing.T) {
+			srv, rec := newServer(t, always(http.StatusServiceUnavailable, h, "true"))
+			c := newClient(t, srv, watertighthttp.TransportConfig{})
+			resp, _, err := get(t, c, srv.URL)
+			if err != nil || resp.StatusCode != 503 {
+				t.Fatalf("got %v %v, want the 503 response", resp, err)
+			}
+			if !watertighthttp.IsOverloadedResponse(resp) {
+				t.Fatal("IsOverloadedResponse = false, want true")
+			}
+			if n := len(rec.seen()); n != 1 {
+				t.Fatalf("server saw %d requests, want 1 (no retry)", n)
+			}
+		})
+	}
+	t.Run("exhausted response", func(t *testing.T) {
+		srv, rec := newServer(t, always(http.StatusServiceUnavailable))
+		c := newClient(t, srv, watertighthttp.TransportConfig{Retry: retry.Config{MaxAttempts: 2}})
+		resp, _, err := get(t, c, srv.URL)
+		if err != nil || resp.StatusCode != 503 || resp.Header.Get(watertighthttp.HeaderOverloaded) != "true" {
+			t.Fatalf("got %v %v, want the 503 response marked overloaded", resp, err)
+		}
+		if n := len(rec.seen()); n != 2 {
+			t.Fatalf("server saw %d requests, want 2", n)
+		}
+	})
+	t.Run("exhausted error", func(t *testing.T) {
+		srv, rec := newServer(t, hangUp)
+		c := newClient(t, srv, watertighthttp.TransportConfig{})
+		_, _, err := get(t, c, srv.URL)
+		if !watertight.IsOverloaded(err) || !errors.Is(err, retry.ErrExhausted) {
+			t.Fatalf("err = %v, want retry.ErrExhausted, overloaded", err)
+		}
+		if n := len(rec.seen()); n != retry.DefaultMaxAttempts {
+			t.Fatalf("server saw %d requests, want %d", n, retry.DefaultMaxAttempts)
+		}
+	})
+}
+
+func TestRetryAfter(t *testing.T) {
+	t.Run("capped by MaxDelay", func(t *testing.T) {
+		srv, rec := newServer(t, failThenOK(1, http.StatusServiceUnavailable, "Retry-After", "1"))
+		c := newClient(t, srv, watertighthttp.TransportConfig{Retry: retry.Config{MaxDelay: 20 * time.Millisecond}})
+		start := time.Now()
+		if _, body, err := get(t, c, srv.URL); err != nil || body != "ok" {
+			t.Fatalf("got %q %v", body, err)
+		}
+		if took := time.Since(start); took >= time.Second {
+			t.Fatalf("took %v: Retry-After 1s was not capped by MaxDelay 20ms", took)
+		}
+		hits := rec.seen()
+		if len(hits) != 2 {
+			t.Fatalf("server saw %d requests, want 2", len(hits))
+		}
+		// The wait is 20ms, not the 1ms backoff; the server's clock sees
+		// at least most of it.
+		if gap := hits[1].at.Sub(hits[0].at); gap < 15*time.Millisecond {
+			t.Fatalf("retry came %v after the first attempt, want about 20ms", gap)
+		}
+	})
+	t.Run("malformed", func(t *testing.T) {
+		srv, rec := newServer(t, failThenOK(1, http.StatusTooManyRequests, "Retry-After", "soon"))
+		c := newClient(t, srv, watertighthttp.TransportConfig{Retry: retry.Config{MaxDelay: 20 * time.Millisecond}})
+		if _, body, err := get(t, c, srv.URL); err != nil || body != "ok" {
+			t.Fatalf("got %q %v", body, err)
+		}
+		if n := len(rec.seen()); n != 2 {
+			t.Fatalf("server saw %d requests, want 2", n)
+		}
+	})
+}
+
+func TestHangingServerEndsWithTheCallersDeadline(t *testing.T) {
+	srv, rec := newServer(t, func(_ int, w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	c := newClient(t, srv, watertighthttp.TransportConfig{})
+	req, _ := http.NewRequestWithContext(ctxTimeout(t, 300*time.Millisecond), http.MethodGet, srv.URL, nil)
+	_, _, err := do(t, c, req)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+	}
+	if n := len(rec.seen()); n != 1 {
+		t.Fatalf("server saw %d requests, want 1: no retry once the caller's deadline passed", n)
+	}
+}
+
+func TestConnectionClosedMidBody(t *testing.T) {
+	midBody := func(w http.ResponseWriter) {
+		w.Header().Set("Content-Length", "100")
+		io.WriteString(w, "short")
+	}
+	t.Run("final answer", func(t *testing.T) {
+		srv, rec := newServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) { midBody(w) })
+		c := newClient(t, srv, watertighthttp.TransportConfig{})
+		resp, _, err := get(t, c, srv.URL)
+		if !errors.Is(err, io.ErrUnexpectedEOF) || resp == nil || resp.StatusCode != 200 {
+			t.Fatalf("got %v %v, want a 200 whose body read fails with io.ErrUnexpectedEOF", resp, err)
+		}
+		if n := len(rec.seen()); n != 1 {
+			t.Fatalf("server saw %d requests, want 1", n)
+		}
+	})
+	t.Run("discarded answer", func(t *testing.T) {
+		srv, rec := newServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+			if n == 0 {
+				w.Header().Set("Content-Length", "100")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, "short")
+				return
+			}
+			io.WriteString(w, "ok")
+		})
+		c := newClient(t, srv, watertighthttp.TransportConfig{})
+		if _, body, err := get(t, c, srv.URL); err != nil || body != "ok" {
+			t.Fatalf("got %q %v", body, err)
+		}
+		if n := len(rec.seen()); n != 2 {
+			t.Fatalf("server saw %d requests, want 2", n)
+		}
+	})
+}
+
+// countingTransport wraps every response body to count the open ones.
+type countingTransport struct {
+	base http.RoundTripper
+	open atomic.Int64
+}
+
+type countedBody struct {
+	io.ReadCloser
+	t    *countingTransport
+	once sync.Once
+}
+
+func (b *countedBody) Close() error {
+	b.once.Do(func() { b.t.open.Add(-1) })
+	return b.ReadCloser.Close()
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(r)
+	if err == nil {
+		c.open.Add(1)
+		resp.Body = &countedBody{ReadCloser: resp.Body, t: c}
+	}
+	return resp, err
+}
+
+func TestDiscardedBodiesAreClosedAndConnectionsReused(t *testing.T) {
+	rec := &recorder{answer: func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n%3 < 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, strings.Repeat("x", 1000))
+			return
+		}
+		io.WriteString(w, "ok")
+	}}
+	srv := httptest.NewUnstartedServer(rec)
+	var conns atomic.Int64
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	counting := &countingTransport{base: srv.Client().Transport}
+	c := newClient(t, srv, watertighthttp.TransportConfig{Base: counting})
+	for range 5 {
+		if _, body, err := get(t, c, srv.URL); err != nil || body != "ok" {
+			t.Fatalf("got %q %v", body, err)
+		}
+	}
+	if n := len(rec.seen()); n != 15 {
+		t.Fatalf("server saw %d requests, want 15", n)
+	}
+	if n := counting.open.Load(); n != 0 {
+		t.Fatalf("%d response bodies left open", n)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections opened, want 1: discarded answers must be drained so the connection is reused", n)
+	}
+}
+
+func TestRejectedBeforeSendingClosesTheBody(t *testing.T) {
+	srv, _ := newServer(t, always(http.StatusInternalServerError))
+	breakers := newBreakers(t)
+	c := newClient(t, srv, watertighthttp.TransportConfig{Breakers: breakers})
+	for range 2 {
+		get(t, c, srv.URL)
+	}
+	body := &closeCounter{Reader: strings.NewReader("x")}
+	req, _ := http.NewRequest(http.MethodPut, srv.URL, body)
+	if _, _, err := do(t, c, req); !errors.Is(err, circuit.ErrOpen) {
+		t.Fatalf("err = %v, want circuit.ErrOpen", err)
+	}
+	if body.closed.Load() != 1 {
+		t.Fatalf("request body closed %d times, want 1", body.closed.Load())
+	}
+}
+
+func TestMaxAttemptsOneDisablesRetries(t *testing.T) {
+	srv, rec := newServer(t, always(http.StatusServiceUnavailable))
+	c := newClient(t, srv, watertighthttp.TransportConfig{Retry: retry.Config{MaxAttempts: 1}})
+	resp, _, err := get(t, c, srv.URL)
+	if err != nil || resp.StatusCode != 503 || watertighthttp.IsOverloadedResponse(resp) {
+		t.Fatalf("got %v %v, want the 503 response as it is", resp, err)
+	}
+	if n := len(rec.seen()); n != 1 {
+		t.Fatalf("server saw %d requests, want 1", n)
+	}
+}
+
+func TestNewTransportRejectsBadRetryConfig(t *testing.T) {
+	_, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{Retry: retry.Config{MaxAttempts: -1}})
+	if err == nil || !strings.Contains(err.Error(), "MaxAttempts") {
+		t.Fatalf("err = %v, want one naming MaxAttempts", err)
+	}
+}
+
+func ExampleNewTransport() {
+	// A dependency that fails twice, then answers.
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= 2 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "served on attempt %s", r.Header.Get(watertighthttp.HeaderAttempt))
+	}))
+	defer srv.Close()
+
+	breakers, _ := circuit.NewRegistry(circuit.RegistryConfig{})
+	fast, _ := backoff.New(backoff.Config{Base: time.Millisecond, Cap: time.Millisecond})
+	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{
+		Base:     srv.Client().Transport,
+		Breakers: breakers,
+		Retry:    retry.Config{MaxAttempts: 3, Backoff: fast},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client := &http.Client{Transport: tr}
+
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, string(body))
+	// Output: 200 served on attempt 3
+}
+
+func TestBulkheadBoundsAttemptsInFlight(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	srv, rec := newServer(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		if n == 0 {
+			close(entered)
+			<-release
+		}
+		io.WriteString(w, "ok")
+	})
+	bulkheads, err := bulkhead.NewRegistry(bulkhead.RegistryConfig{Config: bulkhead.Config{MaxConcurrent: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, srv, watertighthttp.TransportConfig{Bulkheads: bulkheads})
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := get(t, c, srv.URL)
+		first <- err
+	}()
+	<-entered
+	_, _, err = get(t, c, srv.URL)
+	if !errors.Is(err, bulkhead.ErrFull) || !watertight.IsRejection(err) {
+		t.Fatalf("err = %v, want bulkhead.ErrFull, a rejection", err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rec.seen()); n != 1 {
+		t.Fatalf("server saw %d requests, want 1", n)
+	}
+	if _, body, err := get(t, c, srv.URL); err != nil || body != "ok" {
+		t.Fatalf("after release: %q %v", body, err)
+	}
+}
+
+func TestRetryBudget(t *testing.T) {
+	newBudget := func(t *testing.T) *budget.Budget {
+		b, err := budget.New(budget.Config{Ratio: 0.1, MinPerSecond: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	t.Run("response", func(t *testing.T) {
+		srv, rec := newServer(t, always(http.StatusServiceUnavailable))
+		c := newClient(t, srv, watertighthttp.TransportConfig{Retry: retry.Config{Budget: newBudget(t)}})
+		resp, _, err := get(t, c, srv.URL)
+		if err != nil || resp.StatusCode != 503 || !watertighthttp.IsOverloadedResponse(resp) {
+			t.Fatalf("got %v %v, want the 503 response marked overloaded", resp, err)
+		}
+		if n := len(rec.seen()); n != 1 {
+			t.Fatalf("server saw %d requests, want 1: the budget refused the retry", n)
+		}
+	})
+	t.Run("error", func(t *testing.T) {
+		srv, rec := newServer(t, hangUp)
+		c := newClient(t, srv, watertighthttp.TransportConfig{Retry: retry.Config{Budget: newBudget(t)}})
+		_, _, err := get(t, c, srv.URL)
+		if !errors.Is(err, budget.ErrExhausted) || !watertight.IsOverloaded(err) {
+			t.Fatalf("err = %v, want budget.ErrExhausted, overloaded", err)
+		}
+		if n := len(rec.seen()); n != 1 {
+			t.Fatalf("server saw %d requests, want 1", n)
+		}
+	})
+}
