@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -263,7 +264,7 @@ func (h *handler) shedAdmission(w http.ResponseWriter, r *http.Request, a *admis
 	case errors.Is(err, ErrQueueGaveUp):
 		h.shed(w, r, err, fmt.Sprintf("the request ended while it waited in the queue of route %s: %v", route, context.Cause(r.Context())), false)
 	default:
-		h.shed(w, r, err, fmt.Sprintf("route %s is at its limit of %d requests in flight and %d queued", route, a.max, a.maxQueue), true)
+		h.shed(w, r, err, fmt.Sprintf("route %s is at its limit of %s in flight and %d queued", route, plural(a.max, "request"), a.maxQueue), true)
 	}
 }
 
@@ -548,3 +549,11 @@ func (e *routeError) Error() string {
 }
 
 func (e *routeError) Unwrap() []error { return e.errs }
+
+// plural returns "1 request" or "n requests".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}

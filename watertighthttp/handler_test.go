@@ -322,7 +322,7 @@ func TestHandlerNoQueueRejectsAtOnce(t *testing.T) {
 	done := make(chan hResp, 1)
 	go func() { done <- hGet(context.Background(), client, srv.URL+"/x?id=1", nil) }()
 	<-b.started
-	hCheckShed(t, hGet(context.Background(), client, srv.URL+"/x?id=2", nil), true, "limit of 1 requests in flight and 0 queued")
+	hCheckShed(t, hGet(context.Background(), client, srv.URL+"/x?id=2", nil), true, "limit of 1 request in flight and 0 queued")
 	close(b.release)
 	if r := <-done; r.status != http.StatusOK {
 		t.Fatalf("status %d", r.status)

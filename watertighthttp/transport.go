@@ -62,10 +62,12 @@ type TransportConfig struct {
 
 // Transport is an http.RoundTripper that sends requests through a retry
 // policy, a per-key circuit breaker and a per-key bulkhead, in that order
-// (outermost first), and on every attempt sets HeaderAttempt, the deadline
-// header (Config.Deadline), the Idempotency-Key of a context marked with
-// retry.WithIdempotencyKey, and the criticality of the context
-// (CriticalityFrom) as HeaderCriticality, unless the request sets them.
+// (outermost first). On every attempt it sets HeaderAttempt and, when the
+// request context has a deadline, the deadline header (Config.Deadline),
+// replacing any value the request carried; and, unless the request sets them
+// itself, the Idempotency-Key of a context marked with
+// retry.WithIdempotencyKey and the criticality of the context
+// (CriticalityFrom) as HeaderCriticality.
 //
 // What RoundTrip returns:
 //
