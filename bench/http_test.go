@@ -1,0 +1,284 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	fsbulkhead "github.com/failsafe-go/failsafe-go/bulkhead"
+	fscircuit "github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+
+	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/circuit"
+	"github.com/watertight-go/watertight/watertighthttp"
+)
+
+// httpDeadline is the deadline of every request of BenchmarkHTTPTransport:
+// with it the watertight Transport sends its deadline header.
+const httpDeadline = time.Second
+
+// httpBody is what the loopback server answers.
+const httpBody = "ok\n"
+
+// okHandler answers every request with 200 and httpBody.
+func okHandler(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	io.WriteString(w, httpBody)
+}
+
+// newLoopback starts a loopback server that answers with h; it is closed at
+// the end of tb.
+func newLoopback(tb testing.TB, h http.HandlerFunc) *httptest.Server {
+	tb.Helper()
+	srv := httptest.NewServer(h)
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// newBaseTransport is the inner transport of every HTTP sub-benchmark, a new
+// one each time so that none inherits another's connections; it keeps up to
+// 64 idle connections to the server so that connection reuse is the same for
+// all. Its idle connections are closed at the end of tb.
+func newBaseTransport(tb testing.TB) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.MaxIdleConns = 128
+	tr.MaxIdleConnsPerHost = 64
+	tb.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
+// newWatertightTransport wraps base in a watertight Transport: a breaker
+// and a bulkhead per host with the default configs (the bulkhead sized to
+// never be full here), the default retry policy (which does not retry a 200)
+// and the default deadline propagator.
+func newWatertightTransport(tb testing.TB, base http.RoundTripper) *watertighthttp.Transport {
+	tb.Helper()
+	breakers, err := circuit.NewRegistry(circuit.RegistryConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bulkheads, err := bulkhead.NewRegistry(bulkhead.RegistryConfig{Config: bulkhead.Config{MaxConcurrent: bulkheadCap}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{
+		Base:      base,
+		Breakers:  breakers,
+		Bulkheads: bulkheads,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return t
+}
+
+// newFailsafeTransport wraps base in failsafe-go's round tripper with the
+// same three policies: its HTTP retry policy (three attempts, retries 429,
+// 5xx but 501 and transport errors), a breaker with watertight's default
+// window and thresholds counting 429, 5xx and errors as failures, and a
+// bulkhead of bulkheadCap.
+func newFailsafeTransport(base http.RoundTripper) http.RoundTripper {
+	rp := failsafehttp.NewRetryPolicyBuilder().Build()
+	cb := fscircuit.NewBuilder[*http.Response]().
+		HandleIf(func(r *http.Response, err error) bool {
+			return err != nil || r.StatusCode == http.StatusTooManyRequests || r.StatusCode >= 500
+		}).
+		WithFailureThresholdRatio(windowSize*failureRate/100, windowSize).
+		WithDelay(openDuration).
+		Build()
+	bh := fsbulkhead.New[*http.Response](bulkheadCap)
+	return failsafehttp.NewRoundTripper(base, rp, cb, bh)
+}
+
+// httpTransports are the sub-benchmarks of BenchmarkHTTPTransport, in order.
+var httpTransports = []struct {
+	name string
+	new  func(tb testing.TB) http.RoundTripper
+}{
+	{"plain", func(tb testing.TB) http.RoundTripper { return newBaseTransport(tb) }},
+	{"watertight", func(tb testing.TB) http.RoundTripper { return newWatertightTransport(tb, newBaseTransport(tb)) }},
+	{"failsafe-go", func(tb testing.TB) http.RoundTripper { return newFailsafeTransport(newBaseTransport(tb)) }},
+}
+
+// roundTrip sends one GET to url through rt under a fresh deadline of
+// httpDeadline, drains and closes the body, and reports the status (0 on a
+// transport error).
+func roundTrip(rt http.RoundTripper, url string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), httpDeadline)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return 0, err
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	if cerr := resp.Body.Close(); err == nil {
+		err = cerr
+	}
+	return resp.StatusCode, err
+}
+
+// BenchmarkHTTPTransport is a GET to a loopback server through a plain
+// http.Transport and through each library's RoundTripper wrapping one: the
+// client-side cost of the policies next to a real (if short) round trip. The
+// server runs in the same process, so ns/op, B/op and allocs/op include its
+// side too: reading the extra headers a library sends is part of the cost.
+func BenchmarkHTTPTransport(b *testing.B) {
+	for _, tc := range httpTransports {
+		b.Run(tc.name, func(b *testing.B) {
+			srv := newLoopback(b, okHandler)
+			rt := tc.new(b)
+			if code, err := roundTrip(rt, srv.URL); code != http.StatusOK || err != nil {
+				b.Fatalf("warm-up: status %d, %v", code, err)
+			}
+			var t tally
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				var sum, wrong int64
+				for pb.Next() {
+					code, err := roundTrip(rt, srv.URL)
+					sum += int64(code)
+					if code != http.StatusOK || err != nil {
+						wrong++
+					}
+				}
+				t.add(sum, wrong)
+			})
+			b.StopTimer()
+			t.check(b)
+		})
+	}
+}
+
+// handlerTimeoutMs is the X-Request-Timeout-Ms of BenchmarkHTTPHandler's
+// requests.
+const handlerTimeoutMs = 1000
+
+// newHandlerRequest is the request of BenchmarkHTTPHandler: a GET carrying
+// the deadline header. Neither handler modifies it, so a goroutine reuses
+// its own.
+func newHandlerRequest() *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "/bench", nil)
+	r.Header.Set(watertighthttp.HeaderTimeout, strconv.Itoa(handlerTimeoutMs))
+	return r
+}
+
+// httpHandlers are the sub-benchmarks of BenchmarkHTTPHandler, in order.
+var httpHandlers = []struct {
+	name string
+	new  func(tb testing.TB, next http.Handler) http.Handler
+}{
+	{"plain", func(_ testing.TB, next http.Handler) http.Handler { return next }},
+	{"watertight", func(tb testing.TB, next http.Handler) http.Handler {
+		h, err := watertighthttp.Handler(next, watertighthttp.HandlerConfig{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return h
+	}},
+}
+
+// BenchmarkHTTPHandler is the server-side middleware without the network:
+// ServeHTTP is called directly with a recorder.
+func BenchmarkHTTPHandler(b *testing.B) {
+	for _, tc := range httpHandlers {
+		b.Run(tc.name, func(b *testing.B) {
+			h := tc.new(b, http.HandlerFunc(okHandler))
+			var t tally
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req := newHandlerRequest()
+				var sum, wrong int64
+				for pb.Next() {
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, req)
+					sum += int64(rec.Code)
+					if rec.Code != http.StatusOK {
+						wrong++
+					}
+				}
+				t.add(sum, wrong)
+			})
+			t.check(b)
+		})
+	}
+}
+
+// TestHTTPSanity checks what the HTTP benchmarks assume: each transport gets
+// a 200 and the body from the loopback server, the watertight Transport sends
+// its attempt and deadline headers, and each handler answers 200, the
+// watertight one with the deadline header's deadline on the context.
+func TestHTTPSanity(t *testing.T) {
+	for _, tc := range httpTransports {
+		t.Run("transport/"+tc.name, func(t *testing.T) {
+			var attempt, timeout string
+			srv := newLoopback(t, func(w http.ResponseWriter, r *http.Request) {
+				attempt = r.Header.Get(watertighthttp.HeaderAttempt)
+				timeout = r.Header.Get(watertighthttp.HeaderTimeout)
+				okHandler(w, r)
+			})
+			rt := tc.new(t)
+			for i := 0; i < 3; i++ { // the later ones reuse the connection
+				ctx, cancel := context.WithTimeout(context.Background(), httpDeadline)
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					t.Fatalf("RoundTrip: %v", err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				cancel()
+				if resp.StatusCode != http.StatusOK || string(body) != httpBody || err != nil {
+					t.Fatalf("status %d, body %q, %v; want 200, %q", resp.StatusCode, body, err, httpBody)
+				}
+			}
+			if tc.name != "watertight" {
+				return
+			}
+			if attempt != "1" {
+				t.Errorf("%s = %q, want 1", watertighthttp.HeaderAttempt, attempt)
+			}
+			ms, err := strconv.Atoi(timeout)
+			if err != nil || ms <= 0 || ms > int(httpDeadline/time.Millisecond) {
+				t.Errorf("%s = %q, want a positive number of ms below %d", watertighthttp.HeaderTimeout, timeout, httpDeadline/time.Millisecond)
+			}
+		})
+	}
+	for _, tc := range httpHandlers {
+		t.Run("handler/"+tc.name, func(t *testing.T) {
+			var deadline time.Time
+			var hasDeadline bool
+			h := tc.new(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				deadline, hasDeadline = r.Context().Deadline()
+				okHandler(w, r)
+			}))
+			rec := httptest.NewRecorder()
+			start := time.Now()
+			h.ServeHTTP(rec, newHandlerRequest())
+			end := time.Now()
+			if rec.Code != http.StatusOK || rec.Body.String() != httpBody {
+				t.Fatalf("status %d, body %q; want 200, %q", rec.Code, rec.Body.String(), httpBody)
+			}
+			if tc.name != "watertight" {
+				return
+			}
+			// The Handler reads the clock between start and end.
+			if !hasDeadline || !deadline.After(start) || deadline.After(end.Add(handlerTimeoutMs*time.Millisecond)) {
+				t.Errorf("next saw deadline %v (set %v), %v after the start; want at most %dms after ServeHTTP", deadline, hasDeadline, deadline.Sub(start), handlerTimeoutMs)
+			}
+		})
+	}
+}
