@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/watertight-go/watertight"
@@ -52,6 +53,11 @@ var ErrExpired = errors.New("deadline: the caller's deadline passed")
 // WithIncoming when the deadline the caller sent has passed: a handler can
 // tell it from its own timeouts and from a cancelled request. errors.Is holds
 // for ErrExpired and for context.DeadlineExceeded.
+//
+// The value is shared: contexts derived from the same header and timeout by
+// one Propagator may have the same *ExpiredError as their cause (WithIncoming
+// keeps a few recent ones, so as not to allocate one per request). Treat it
+// as read-only.
 type ExpiredError struct {
 	// Header is the header the timeout was read from, in canonical form.
 	Header string
@@ -161,8 +167,29 @@ func validHeaderName(s string) bool {
 
 // source is one header read on input, with its parser.
 type source struct {
-	header string
-	parse  func(string) (time.Duration, error)
+	header  string
+	parse   func(string) (time.Duration, error)
+	expired *expiredCache
+}
+
+// expiredSlots is the size of the cache of ExpiredError values of a source.
+const expiredSlots = 64
+
+// expiredCache holds recent causes of one source, direct-mapped by timeout:
+// a request whose timeout was seen recently reuses its cause, without an
+// allocation. Entries are never modified once stored.
+type expiredCache [expiredSlots]atomic.Pointer[ExpiredError]
+
+// get returns an *ExpiredError for header and d, from the cache if it holds
+// one.
+func (c *expiredCache) get(header string, d time.Duration) *ExpiredError {
+	slot := &c[(uint64(d)*0x9E3779B97F4A7C15)>>58] // Fibonacci hashing: 64 slots
+	if e := slot.Load(); e != nil && e.Timeout == d {
+		return e
+	}
+	e := &ExpiredError{Header: header, Timeout: d}
+	slot.Store(e)
+	return e
 }
 
 // Propagator reads a caller's timeout from request headers, sends the
@@ -182,9 +209,11 @@ func New(cfg Config) (*Propagator, error) {
 		return nil, err
 	}
 	p := &Propagator{cfg: c}
-	p.sources = append(p.sources, source{c.Header, ParseMillis}, source{HeaderGRPCTimeout, ParseGRPCTimeout})
+	p.sources = append(p.sources,
+		source{c.Header, ParseMillis, new(expiredCache)},
+		source{HeaderGRPCTimeout, ParseGRPCTimeout, new(expiredCache)})
 	if c.Header != HeaderEnvoyTimeout {
-		p.sources = append(p.sources, source{HeaderEnvoyTimeout, ParseMillis})
+		p.sources = append(p.sources, source{HeaderEnvoyTimeout, ParseMillis, new(expiredCache)})
 	}
 	return p, nil
 }
@@ -212,8 +241,19 @@ func (p *Propagator) Incoming(h http.Header) (d time.Duration, ok bool) {
 	return d, ok
 }
 
+// incoming is Incoming, with the header the timeout was read from.
 func (p *Propagator) incoming(h http.Header) (time.Duration, string, bool) {
-	for _, s := range p.sources {
+	d, s, ok := p.incomingSource(h)
+	if !ok {
+		return 0, "", false
+	}
+	return d, s.header, true
+}
+
+// incomingSource is Incoming, with the source the timeout was read from.
+func (p *Propagator) incomingSource(h http.Header) (time.Duration, *source, bool) {
+	for i := range p.sources {
+		s := &p.sources[i]
 		vs := h[s.header]
 		if len(vs) == 0 {
 			continue
@@ -232,9 +272,9 @@ func (p *Propagator) incoming(h http.Header) (time.Duration, string, bool) {
 			}
 			d = p.cfg.Max
 		}
-		return d, s.header, true
+		return d, s, true
 	}
-	return 0, "", false
+	return 0, nil, false
 }
 
 // cut shortens a value for a log line.
@@ -252,15 +292,16 @@ func noop() {}
 // is earlier, with a cancel func that the caller must call (it is never nil).
 // When the caller's deadline passes, context.Cause of the result is an
 // *ExpiredError naming the header (errors.Is(cause, ErrExpired) holds), so a
-// handler can tell it from other deadlines; when ctx's earlier deadline
-// passes, ctx's cause stands. Without a usable header, WithIncoming returns
+// handler can tell it from other deadlines (the cause may be shared by other
+// contexts of the same header and timeout: see ExpiredError); when ctx's
+// earlier deadline passes, ctx's cause stands. Without a usable header, WithIncoming returns
 // ctx itself and a cancel func that does nothing.
 func (p *Propagator) WithIncoming(ctx context.Context, h http.Header) (context.Context, context.CancelFunc) {
-	d, header, ok := p.incoming(h)
+	d, s, ok := p.incomingSource(h)
 	if !ok {
 		return ctx, noop
 	}
-	return context.WithDeadlineCause(ctx, time.Now().Add(d), &ExpiredError{Header: header, Timeout: d})
+	return context.WithDeadlineCause(ctx, time.Now().Add(d), s.expired.get(s.header, d))
 }
 
 // Outgoing returns the timeout to send on: the time left before ctx's

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -617,4 +618,68 @@ func TestPolicy(t *testing.T) {
 			t.Errorf("Run with 1s left = %v, want the function's error", err)
 		}
 	})
+}
+
+func TestWithIncomingCauseReused(t *testing.T) {
+	// The cause is shared by the contexts of one header and timeout, and is
+	// right for each timeout however they alternate; WithIncoming allocates
+	// nothing beyond what context.WithDeadlineCause does.
+	synctest.Test(t, func(t *testing.T) {
+		cfg, _ := quiet()
+		p := mustNew(t, cfg)
+		causes := map[string]error{}
+		seen := map[string]bool{}
+		var shared []error
+		for range 2 {
+			ctx, cancel := p.WithIncoming(context.Background(), header("X-Request-Timeout-Ms", "250"))
+			<-ctx.Done()
+			cancel()
+			shared = append(shared, context.Cause(ctx))
+		}
+		if shared[0] != shared[1] {
+			t.Errorf("two contexts of the same header and timeout have distinct causes %p and %p", shared[0], shared[1])
+		}
+		for i := range 200 {
+			ms := fmt.Sprint(1 + i%70) // more timeouts than cache slots
+			hd := header("X-Request-Timeout-Ms", ms)
+			if i%3 == 0 {
+				hd = header("Grpc-Timeout", ms+"m")
+			}
+			ctx, cancel := p.WithIncoming(context.Background(), hd)
+			<-ctx.Done()
+			cancel()
+			cause := context.Cause(ctx)
+			var ee *deadline.ExpiredError
+			wantHeader := "X-Request-Timeout-Ms"
+			if i%3 == 0 {
+				wantHeader = "Grpc-Timeout"
+			}
+			if !errors.As(cause, &ee) || ee.Header != wantHeader || ee.Timeout.String() != ms+"ms" {
+				t.Fatalf("request %d: cause %v, want %s: %sms", i, cause, wantHeader, ms)
+			}
+			if !errors.Is(cause, deadline.ErrExpired) || !errors.Is(cause, context.DeadlineExceeded) {
+				t.Fatalf("cause %v is not ErrExpired and DeadlineExceeded", cause)
+			}
+			causes[cause.Error()] = cause
+			seen[wantHeader+ms] = true
+		}
+		if len(causes) != len(seen) {
+			t.Fatalf("%d distinct causes, want %d", len(causes), len(seen))
+		}
+	})
+	cfg, _ := quiet()
+	p := mustNew(t, cfg)
+	h := header("X-Request-Timeout-Ms", "1000")
+	got := testing.AllocsPerRun(100, func() {
+		_, cancel := p.WithIncoming(context.Background(), h)
+		cancel()
+	})
+	cause := errors.New("x")
+	want := testing.AllocsPerRun(100, func() {
+		_, cancel := context.WithDeadlineCause(context.Background(), time.Now().Add(time.Second), cause)
+		cancel()
+	})
+	if got > want {
+		t.Errorf("WithIncoming: %v allocations, context.WithDeadlineCause alone: %v", got, want)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -157,9 +158,6 @@ func Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
 		onShed:   cfg.OnShed,
 		logger:   cfg.Logger,
 	}
-	if h.route == nil {
-		h.route = defaultRoute
-	}
 	if h.logger == nil {
 		h.logger = slog.Default()
 	}
@@ -182,17 +180,13 @@ func Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
 		case maxr < 0:
 			maxr = -1
 		}
-		h.routes = &routeTable{
-			maxConcurrent: maxc,
-			maxQueue:      maxq,
-			maxRoutes:     maxr,
-			m:             make(map[string]*admission),
-			other:         newAdmission(OtherRoutes, maxc, maxq),
-		}
+		h.routes = newRouteTable(maxc, maxq, maxr)
 	}
 	return h, nil
 }
 
+// defaultRoute is the name of r's route when HandlerConfig.Route is nil;
+// handler.routeKey gives its key without building it.
 func defaultRoute(r *http.Request) string {
 	if r.Pattern != "" {
 		return r.Pattern
@@ -200,11 +194,43 @@ func defaultRoute(r *http.Request) string {
 	return r.Method + " " + r.URL.Path
 }
 
+// routeKey is the route table's key of a request: the route name without
+// building it. whole: the name is a alone (a route from HandlerConfig.Route,
+// or a ServeMux pattern without a space); else it is a + " " + b, with no
+// space in a. Two keys are equal exactly when their names are.
+type routeKey struct {
+	a, b  string
+	whole bool
+}
+
+func (k routeKey) name() string {
+	if k.whole {
+		return k.a
+	}
+	return k.a + " " + k.b
+}
+
+// routeKey returns the key of r's route (see HandlerConfig.Route).
+func (h *handler) routeKey(r *http.Request) routeKey {
+	if h.route != nil {
+		return routeKey{a: h.route(r), whole: true}
+	}
+	if r.Pattern != "" {
+		// Split at the first space, so that the key of pattern "GET /x"
+		// equals that of method GET and path /x, as their names do.
+		if i := strings.IndexByte(r.Pattern, ' '); i >= 0 {
+			return routeKey{a: r.Pattern[:i], b: r.Pattern[i+1:]}
+		}
+		return routeKey{a: r.Pattern, whole: true}
+	}
+	return routeKey{a: r.Method, b: r.URL.Path}
+}
+
 type handler struct {
 	next     http.Handler
 	deadline *deadline.Propagator
-	route    func(*http.Request) string
-	routes   *routeTable // nil: no admission limit
+	route    func(*http.Request) string // nil: routeKey's default
+	routes   *routeTable                // nil: no admission limit
 	onShed   func(*http.Request, error)
 	logger   *slog.Logger
 	badCrit  atomic.Bool // an unknown criticality was logged
@@ -234,8 +260,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	if h.routes != nil {
-		route := h.route(r)
-		a := h.routes.get(route)
+		a := h.routes.get(h.routeKey(r))
 		err := a.acquire(ctx, crit)
 		if err != nil {
 			h.routes.put(a)
@@ -264,7 +289,7 @@ func (h *handler) shedAdmission(w http.ResponseWriter, r *http.Request, a *admis
 	case errors.Is(err, ErrQueueGaveUp):
 		h.shed(w, r, err, fmt.Sprintf("the request ended while it waited in the queue of route %s: %v", route, context.Cause(r.Context())), false)
 	default:
-		h.shed(w, r, err, fmt.Sprintf("route %s is at its limit of %s in flight and %d queued", route, plural(a.max, "request"), a.maxQueue), true)
+		h.shed(w, r, err, fmt.Sprintf("route %s is at its limit of %s in flight and %d queued", route, plural(int(a.max), "request"), a.maxQueue), true)
 	}
 }
 
@@ -297,16 +322,31 @@ func shedLine(s string) string {
 }
 
 // routeTable holds the admission controller of each route, bounded by
-// maxRoutes. refs (guarded by mu) counts the requests that hold a
-// controller, so that one is only evicted when nobody uses it: a route never
-// has two controllers at once.
+// maxRoutes. Looking up a route that has a controller takes no lock: m is a
+// sync.Map, and a request holds a controller by counting itself in its refs
+// with an atomic add. A controller is only evicted when nobody holds it: eviction
+// (under mu) swaps refs from 0 to evicted, after which nobody can take it, and
+// drops it from m. So a route never has two controllers in use at once: a
+// request that loaded an evicted controller fails to count itself in it and
+// looks again under mu, where m holds only live controllers.
 type routeTable struct {
 	maxConcurrent, maxQueue, maxRoutes int
-	queuedHook                         func(route string) // for tests; guarded by mu
 
-	mu    sync.Mutex
-	m     map[string]*admission
+	m     sync.Map   // routeKey -> *admission; stored and deleted under mu
 	other *admission // shared by the routes that found the table full
+
+	mu         sync.Mutex
+	n          int                // entries of m; guarded by mu
+	queuedHook func(route string) // for tests; guarded by mu
+}
+
+func newRouteTable(maxConcurrent, maxQueue, maxRoutes int) *routeTable {
+	return &routeTable{
+		maxConcurrent: maxConcurrent,
+		maxQueue:      maxQueue,
+		maxRoutes:     maxRoutes,
+		other:         newAdmission(OtherRoutes, maxConcurrent, maxQueue),
+	}
 }
 
 // setQueuedHook sets, for tests, a func every admission controller of t
@@ -315,54 +355,89 @@ func (t *routeTable) setQueuedHook(f func(route string)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.queuedHook = f
-	t.other.queued = f
-	for _, a := range t.m {
-		a.queued = f
-	}
+	t.other.setQueued(f)
+	t.m.Range(func(_, v any) bool {
+		v.(*admission).setQueued(f)
+		return true
+	})
 }
 
-func (t *routeTable) get(route string) *admission {
+// get returns the controller of route k, held: the caller must put it.
+func (t *routeTable) get(k routeKey) *admission {
+	if v, ok := t.m.Load(k); ok {
+		if a := v.(*admission); a.ref() {
+			return a
+		}
+		// Evicted since: look again under mu.
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	a := t.m[route]
-	if a == nil {
-		if t.maxRoutes >= 0 && len(t.m) >= t.maxRoutes {
-			for k, b := range t.m {
-				if b.refs == 0 {
-					delete(t.m, k)
-				}
-			}
-		}
-		if t.maxRoutes >= 0 && len(t.m) >= t.maxRoutes {
-			a = t.other
-		} else {
-			a = newAdmission(route, t.maxConcurrent, t.maxQueue)
-			a.queued = t.queuedHook
-			t.m[route] = a
+	if v, ok := t.m.Load(k); ok {
+		if a := v.(*admission); a.ref() { // always: m holds no evicted controller under mu
+			return a
 		}
 	}
-	a.refs++
+	if t.maxRoutes >= 0 && t.n >= t.maxRoutes {
+		t.m.Range(func(k, v any) bool {
+			if v.(*admission).refs.CompareAndSwap(0, evicted) { // idle: evict
+				t.m.Delete(k)
+				t.n--
+			}
+			return true
+		})
+	}
+	a := t.other
+	if t.maxRoutes < 0 || t.n < t.maxRoutes {
+		a = newAdmission(k.name(), t.maxConcurrent, t.maxQueue)
+		a.setQueued(t.queuedHook)
+		t.m.Store(k, a)
+		t.n++
+	}
+	a.ref() // never fails: a is live
 	return a
 }
 
+// put lets go of a controller returned by get.
 func (t *routeTable) put(a *admission) {
-	t.mu.Lock()
-	a.refs--
-	t.mu.Unlock()
+	a.refs.Add(-1)
 }
 
 // admission is the in-flight limit and queue of one route. See Handler for
 // the queue discipline.
+//
+// Fast path: while fewer than max requests are in flight and nobody waits, a
+// request enters with one CAS on active and leaves with one atomic add (and a
+// load of waiting): no mutex. The mutex and the queue are only used when a
+// request must wait.
+//
+// The lost wakeup, and why it cannot happen. A leaver (release) gives its
+// place back (active) and then loads waiting; a request that must wait
+// (acquire), under mu, joins the queue and stores waiting and then, in
+// dispatchLocked, loads active. Go's atomics are sequentially consistent, so
+// these four operations happen in one order both sides agree on. Either the
+// leaver's load of waiting comes after the store and sees it: the leaver
+// then takes mu, which it gets only after the waiter has queued, and
+// dispatches. Or it comes before: then the waiter's load of active comes
+// after the place was given back and sees it free, and the waiter dispatches
+// (possibly itself). Both may happen; places are taken by CAS, never beyond
+// max, and waiters are let in under mu, so each once. A fast-path request
+// may take a freed place ahead of the queue (it read waiting as 0 just
+// before someone queued): the queue then waits for the next release, which
+// sees waiting and dispatches.
 type admission struct {
 	name     string
-	max      int
+	max      int64
 	maxQueue int
-	refs     int               // guarded by routeTable.mu
-	queued   func(name string) // for tests: called when a request joins the queue; set before use
+	queued   atomic.Pointer[func(name string)] // for tests: called when a request joins the queue
+	waiting  atomic.Int64                      // len(queue); stored under mu, read by every request
+	_        [64]byte                          // the hot words below share no cache line with the above
 
-	mu     sync.Mutex
-	active int       // requests let in and not yet released
-	queue  []*waiter // oldest first
+	refs   atomic.Int64 // requests holding the controller (routeTable); evicted: evicted
+	active atomic.Int64 // requests let in and not yet released; at most max
+	_      [48]byte
+
+	mu    sync.Mutex
+	queue []*waiter // oldest first
 }
 
 // waiter is a queued request. err and the closing of ready are written under
@@ -376,7 +451,38 @@ type waiter struct {
 }
 
 func newAdmission(name string, maxConcurrent, maxQueue int) *admission {
-	return &admission{name: name, max: maxConcurrent, maxQueue: maxQueue}
+	return &admission{name: name, max: int64(maxConcurrent), maxQueue: maxQueue}
+}
+
+func (a *admission) setQueued(f func(name string)) {
+	if f == nil {
+		a.queued.Store(nil)
+		return
+	}
+	a.queued.Store(&f)
+}
+
+// evicted is the refs of an evicted controller: so negative that adding a
+// count of holders to it leaves it negative.
+const evicted = math.MinInt64 / 2
+
+// ref counts one more holder of a, unless a was evicted: one atomic add. A
+// failed ref leaves refs negative and needs no put.
+func (a *admission) ref() bool {
+	return a.refs.Add(1) > 0
+}
+
+// tryTake takes a place if fewer than max are taken.
+func (a *admission) tryTake() bool {
+	for {
+		n := a.active.Load()
+		if n >= a.max {
+			return false
+		}
+		if a.active.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // acquire takes a place for a request of criticality crit, waiting in the
@@ -386,9 +492,11 @@ func (a *admission) acquire(ctx context.Context, crit Criticality) error {
 	if ctx.Err() != nil {
 		return a.gaveUp(ctx)
 	}
+	if a.waiting.Load() == 0 && a.tryTake() {
+		return nil
+	}
 	a.mu.Lock()
-	if a.active < a.max && len(a.queue) == 0 {
-		a.active++
+	if len(a.queue) == 0 && a.tryTake() {
 		a.mu.Unlock()
 		return nil
 	}
@@ -408,10 +516,14 @@ func (a *admission) acquire(ctx context.Context, crit Criticality) error {
 	}
 	w := &waiter{ctx: ctx, crit: crit, ready: make(chan struct{})}
 	a.queue = append(a.queue, w)
-	queued := a.queued
+	a.waiting.Store(int64(len(a.queue)))
+	// A place may have been given back since tryTake failed, by a leaver
+	// that saw no waiter: see the type's comment.
+	a.dispatchLocked()
+	queued := a.queued.Load()
 	a.mu.Unlock()
 	if queued != nil {
-		queued(a.name)
+		(*queued)(a.name)
 	}
 
 	select {
@@ -427,7 +539,7 @@ func (a *admission) acquire(ctx context.Context, crit Criticality) error {
 			return w.err
 		}
 		// Let in as ctx ended: give the place back, unused.
-		a.active--
+		a.active.Add(-1)
 		a.dispatchLocked()
 	default:
 		a.removeLocked(w)
@@ -438,26 +550,31 @@ func (a *admission) acquire(ctx context.Context, crit Criticality) error {
 
 // release gives back a place taken by acquire and lets the next waiter in.
 func (a *admission) release() {
-	a.mu.Lock()
-	a.active--
-	a.dispatchLocked()
-	a.mu.Unlock()
+	a.active.Add(-1)
+	if a.waiting.Load() != 0 { // see the type's comment
+		a.mu.Lock()
+		a.dispatchLocked()
+		a.mu.Unlock()
+	}
 }
 
 // dispatchLocked lets waiters in while there is room: the highest
 // criticality first; among equals, FIFO while the queue is at most half
 // full, LIFO beyond. Waiters whose context has ended are dropped.
 func (a *admission) dispatchLocked() {
-	for a.active < a.max && len(a.queue) > 0 {
+	for len(a.queue) > 0 {
 		i := a.nextLocked()
 		w := a.queue[i]
-		a.removeAtLocked(i)
 		if w.ctx.Err() != nil {
+			a.removeAtLocked(i)
 			w.err = a.gaveUp(w.ctx)
 			close(w.ready)
 			continue
 		}
-		a.active++
+		if !a.tryTake() {
+			return
+		}
+		a.removeAtLocked(i)
 		close(w.ready)
 	}
 }
@@ -516,6 +633,7 @@ func (a *admission) removeAtLocked(i int) {
 	copy(a.queue[i:], a.queue[i+1:])
 	a.queue[len(a.queue)-1] = nil
 	a.queue = a.queue[:len(a.queue)-1]
+	a.waiting.Store(int64(len(a.queue)))
 }
 
 func (a *admission) full() error {

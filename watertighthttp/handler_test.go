@@ -560,39 +560,201 @@ func TestHandlerConfigErrors(t *testing.T) {
 // ---- route table ------------------------------------------------------------------
 
 func TestRouteTableBound(t *testing.T) {
-	rt := &routeTable{maxConcurrent: 1, maxQueue: 0, maxRoutes: 2, m: map[string]*admission{},
-		other: newAdmission(OtherRoutes, 1, 0)}
-	a := rt.get("a")
-	b := rt.get("b")
-	c := rt.get("c") // table full, nothing idle: shared limit
+	rt := newRouteTable(1, 0, 2)
+	a := rt.get(rk("a"))
+	b := rt.get(rk("b"))
+	c := rt.get(rk("c")) // table full, nothing idle: shared limit
 	if c != rt.other || c.name != OtherRoutes {
 		t.Fatalf("third route got %q, want %q", c.name, OtherRoutes)
 	}
-	if rt.get("a") != a {
+	if rt.get(rk("a")) != a {
 		t.Fatal("a second get of a route gave another controller")
 	}
 	rt.put(a)
 	rt.put(a)
 	rt.put(c)
-	d := rt.get("d") // a is idle: evicted
+	d := rt.get(rk("d")) // a is idle: evicted
 	if d == rt.other || d.name != "d" {
 		t.Fatalf("got %q, want a controller of its own", d.name)
 	}
-	if _, ok := rt.m["a"]; ok {
+	if _, ok := rt.m.Load(rk("a")); ok {
 		t.Fatal("idle route a not evicted")
 	}
-	if rt.m["b"] != b {
+	if v, _ := rt.m.Load(rk("b")); v != b {
 		t.Fatal("busy route b evicted")
 	}
 	rt.put(b)
 	rt.put(d)
 
-	unbounded := &routeTable{maxConcurrent: 1, maxRoutes: -1, m: map[string]*admission{}, other: newAdmission(OtherRoutes, 1, 0)}
+	unbounded := newRouteTable(1, 0, -1)
 	for i := range 3000 {
-		if unbounded.get(fmt.Sprint(i)) == unbounded.other {
+		if unbounded.get(rk(fmt.Sprint(i))) == unbounded.other {
 			t.Fatal("unbounded table used the shared limit")
 		}
 	}
+}
+
+// rk is the key of a route named name by HandlerConfig.Route.
+func rk(name string) routeKey { return routeKey{a: name, whole: true} }
+
+func TestRouteKeyMatchesName(t *testing.T) {
+	h := &handler{}
+	reqs := []*http.Request{
+		httptest.NewRequest(http.MethodGet, "/x", nil),
+		httptest.NewRequest(http.MethodPost, "/x", nil),
+		httptest.NewRequest(http.MethodGet, "/y%20z", nil),
+	}
+	for _, pat := range []string{"GET /x", "/x", "GET example.com/x", "POST /x"} {
+		r := httptest.NewRequest(http.MethodGet, "/whatever", nil)
+		r.Pattern = pat
+		reqs = append(reqs, r)
+	}
+	// Keys are equal exactly when the names (defaultRoute) are.
+	for _, r := range reqs {
+		k := h.routeKey(r)
+		if k.name() != defaultRoute(r) {
+			t.Errorf("key %+v names %q, want %q", k, k.name(), defaultRoute(r))
+		}
+		for _, q := range reqs {
+			if (k == h.routeKey(q)) != (defaultRoute(r) == defaultRoute(q)) {
+				t.Errorf("%q and %q: keys equal %v", defaultRoute(r), defaultRoute(q), k == h.routeKey(q))
+			}
+		}
+	}
+	custom := &handler{route: func(*http.Request) string { return "GET /x" }}
+	if k := custom.routeKey(reqs[0]); k.name() != "GET /x" {
+		t.Errorf("custom route key names %q", k.name())
+	}
+}
+
+func TestRouteTableEvictionRace(t *testing.T) {
+	// Many requests get and put a few routes through a table of 2: routes
+	// are evicted and recreated all the time, and a route must never have
+	// two controllers held at once.
+	rt := newRouteTable(1000, 0, 2)
+	var mu sync.Mutex
+	held := map[string]*admission{}
+	count := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 3000 {
+				name := fmt.Sprint("r", (g+i)%5)
+				a := rt.get(rk(name))
+				if a != rt.other {
+					mu.Lock()
+					if b := held[name]; b != nil && b != a {
+						t.Errorf("route %s has two controllers held at once", name)
+					}
+					held[name] = a
+					count[name]++
+					mu.Unlock()
+					if a.refs.Load() <= 0 {
+						t.Errorf("held controller %s has refs %d", name, a.refs.Load())
+					}
+					mu.Lock()
+					if count[name]--; count[name] == 0 {
+						delete(held, name)
+					}
+					mu.Unlock()
+				}
+				rt.put(a)
+			}
+		})
+	}
+	wg.Wait()
+	if n := rt.other.refs.Load(); n != 0 {
+		t.Fatalf("other refs %d after the storm", n)
+	}
+	rt.m.Range(func(k, v any) bool {
+		if n := v.(*admission).refs.Load(); n != 0 {
+			t.Errorf("route %v refs %d after the storm", k, n)
+		}
+		return true
+	})
+}
+
+// TestAdmissionFastPathStress runs 10,000 goroutines through one controller.
+// With a queue long enough for all, every one must get in: a lost wakeup
+// (a release that misses a waiter that just queued) would hang. With a short
+// queue and cancellations, some are turned away. In both, no more than max
+// are ever in at once, and nothing is left behind.
+func TestAdmissionFastPathStress(t *testing.T) {
+	const maxc, goroutines = 3, 10000
+	for _, tc := range []struct {
+		name   string
+		maxq   int
+		cancel bool
+	}{{"long queue", goroutines, false}, {"short queue", 4, true}, {"no queue", 0, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAdmission("r", maxc, tc.maxq)
+			var inside, peak, admitted atomic.Int64
+			var wg sync.WaitGroup
+			for g := range goroutines {
+				wg.Go(func() {
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					if tc.cancel && g%5 == 0 {
+						go cancel()
+					}
+					err := a.acquire(ctx, Criticality(g%4-2))
+					if err != nil {
+						if !watertight.IsSaturation(err) {
+							t.Errorf("acquire: %v is not a saturation", err)
+						}
+						return
+					}
+					admitted.Add(1)
+					n := inside.Add(1)
+					for {
+						p := peak.Load()
+						if n <= p || peak.CompareAndSwap(p, n) {
+							break
+						}
+					}
+					if g%16 == 0 {
+						time.Sleep(time.Microsecond)
+					}
+					inside.Add(-1)
+					a.release()
+				})
+			}
+			wg.Wait()
+			if p := peak.Load(); p > maxc {
+				t.Fatalf("peak in flight %d > %d", p, maxc)
+			}
+			if !tc.cancel && tc.maxq >= goroutines && admitted.Load() != goroutines {
+				t.Fatalf("admitted %d of %d with room to queue all", admitted.Load(), goroutines)
+			}
+			if a.active.Load() != 0 || len(a.queue) != 0 || a.waiting.Load() != 0 {
+				t.Fatalf("after the storm: active %d, queued %d, waiting %d", a.active.Load(), len(a.queue), a.waiting.Load())
+			}
+		})
+	}
+}
+
+func TestAdmissionFastPathSkipsMutex(t *testing.T) {
+	// Below the limit with nobody queued, acquire and release do not take
+	// the mutex: they succeed while another goroutine holds it.
+	a := newAdmission("r", 2, 2)
+	a.mu.Lock()
+	done := make(chan error, 1)
+	go func() {
+		err := a.acquire(context.Background(), Critical)
+		if err == nil {
+			a.release()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("fast path blocked on the mutex")
+	}
+	a.mu.Unlock()
 }
 
 // ---- admission controller, in a synctest bubble ------------------------------------
@@ -634,8 +796,8 @@ func TestAdmissionAdaptiveLIFO(t *testing.T) {
 			t.Fatalf("served %s, want 4,3,1,2", s)
 		}
 		a.release()
-		if a.active != 0 || len(a.queue) != 0 || len(errs) != 0 {
-			t.Fatalf("active %d, queued %d, errors %d", a.active, len(a.queue), len(errs))
+		if a.active.Load() != 0 || len(a.queue) != 0 || len(errs) != 0 {
+			t.Fatalf("active %d, queued %d, errors %d", a.active.Load(), len(a.queue), len(errs))
 		}
 	})
 }
@@ -689,8 +851,8 @@ func TestAdmissionDropsDeadWaiters(t *testing.T) {
 			t.Fatalf("served %q, want long", id)
 		}
 		a.release()
-		if a.active != 0 {
-			t.Fatalf("active %d", a.active)
+		if a.active.Load() != 0 {
+			t.Fatalf("active %d", a.active.Load())
 		}
 	})
 }
@@ -708,6 +870,7 @@ func TestAdmissionDispatchSkipsDeadWaiter(t *testing.T) {
 		a.mu.Lock()
 		w := &waiter{ctx: dead, crit: Critical, ready: make(chan struct{})}
 		a.queue = append(a.queue, w)
+		a.waiting.Store(int64(len(a.queue)))
 		a.mu.Unlock()
 		order := make(chan string, 1)
 		errs := make(chan error, 1)
@@ -759,8 +922,8 @@ func TestAdmissionCriticality(t *testing.T) {
 			t.Fatalf("served %s, want cp,c", s)
 		}
 		a.release()
-		if a.active != 0 || len(a.queue) != 0 {
-			t.Fatalf("active %d, queued %d", a.active, len(a.queue))
+		if a.active.Load() != 0 || len(a.queue) != 0 {
+			t.Fatalf("active %d, queued %d", a.active.Load(), len(a.queue))
 		}
 	})
 }
@@ -802,8 +965,8 @@ func TestAdmissionStress(t *testing.T) {
 	if p := peak.Load(); p > maxc {
 		t.Fatalf("peak in flight %d > %d", p, maxc)
 	}
-	if a.active != 0 || len(a.queue) != 0 {
-		t.Fatalf("after the storm: active %d, queued %d", a.active, len(a.queue))
+	if a.active.Load() != 0 || len(a.queue) != 0 || a.waiting.Load() != 0 {
+		t.Fatalf("after the storm: active %d, queued %d, waiting %d", a.active.Load(), len(a.queue), a.waiting.Load())
 	}
 }
 

@@ -91,6 +91,10 @@ type TransportConfig struct {
 // *retry.SkippedError with the reason ErrBodyNotReplayable (for an HTTP
 // answer, the reason goes to Retry.OnEvent as a Skipped event).
 //
+// RoundTrip does not modify the request, its header or its header's value
+// slices, so the caller may reuse it: each attempt is a shallow copy
+// (http.Request.WithContext) with a header of its own.
+//
 // A Transport is safe for concurrent use. It keeps the pipeline it builds
 // for each key, so that a request costs no pipeline allocation.
 type Transport struct {
@@ -99,6 +103,8 @@ type Transport struct {
 	breakers  *circuit.Registry
 	bulkheads *bulkhead.Registry
 	dl        *deadline.Propagator
+	dlHeader  string // dl's header, in canonical form
+	timeouts  timeoutCache
 
 	idem, once, single *retry.Policy
 	retryable          func(error) bool
@@ -154,6 +160,7 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		}
 		t.dl = p
 	}
+	t.dlHeader = t.dl.Config().Header
 	rc := cfg.Retry
 	rc.OnEvent = t.event
 	var err error
@@ -272,7 +279,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case idempotent:
 		pipe = p.single
 	}
-	a := &attempt{t: t, req: req}
+	a := attempt{t: t, req: req}
 	resp, err := watertight.Do(ctx, pipe, a.do)
 	if !a.bodySent {
 		closeBody(req)
@@ -312,7 +319,8 @@ func (t *Transport) wouldRetry(err error) bool {
 	return t.retryable(err)
 }
 
-// attempt is one request's state across its attempts.
+// attempt is one request's state across its attempts. RoundTrip keeps it on
+// its stack: do must not let a pointer to it escape (see TestTransportAllocs).
 type attempt struct {
 	t        *Transport
 	req      *http.Request
@@ -321,15 +329,111 @@ type attempt struct {
 	last     *StatusError // the last attempt's HTTP answer, if it was one
 }
 
-// do sends one attempt: a clone of the request under the attempt's context,
-// with a fresh body after the first attempt and the watertight headers.
+// attemptValues are the values of HeaderAttempt for attempts 1 to
+// len(attemptValues), built once and shared by every request: each is a
+// one-element slice whose capacity is 1, so an append to it copies. They are
+// read-only: net/http does not modify the header value slices of a request it
+// sends, and an http.RoundTripper must not modify its request.
+var attemptValues = func() [][]string {
+	const n = 16
+	vals := make([]string, n)
+	vs := make([][]string, n)
+	for i := range vs {
+		vals[i] = strconv.Itoa(i + 1)
+		vs[i] = vals[i : i+1 : i+1]
+	}
+	return vs
+}()
+
+// attemptValue returns the value slice of HeaderAttempt for attempt n.
+func attemptValue(n int) []string {
+	if n >= 1 && n <= len(attemptValues) {
+		return attemptValues[n-1]
+	}
+	return []string{strconv.Itoa(n)}
+}
+
+// timeoutValue is a value of the deadline header, in a slice of its own.
+type timeoutValue struct {
+	ms int64
+	vs [1]string
+}
+
+// timeoutCache keeps recent value slices of the deadline header,
+// direct-mapped by milliseconds: requests sent under deadlines of the same
+// length send the same few values, which then cost no allocation. An entry
+// is never modified once stored; its slice is shared by the requests that
+// send it, read-only as attemptValues are, with a capacity of 1.
+type timeoutCache [64]atomic.Pointer[timeoutValue]
+
+// get returns a slice holding ms in decimal.
+func (c *timeoutCache) get(ms int64) []string {
+	slot := &c[(uint64(ms)*0x9E3779B97F4A7C15)>>58] // Fibonacci hashing: 64 slots
+	if e := slot.Load(); e != nil && e.ms == ms {
+		return e.vs[:]
+	}
+	e := &timeoutValue{ms: ms}
+	e.vs[0] = strconv.FormatInt(ms, 10)
+	slot.Store(e)
+	return e.vs[:]
+}
+
+// addedHeaders is how many headers do may add to the caller's: the attempt,
+// the deadline, the Idempotency-Key and the criticality.
+const addedHeaders = 4
+
+// header returns a copy of h with room for addedHeaders more entries, whose
+// value slices are copies too (carved from one array, each with its length as
+// capacity, as http.Header.Clone does): neither the inner transport nor do
+// can change the caller's header.
+func header(h http.Header) http.Header {
+	nv := 0
+	for _, vs := range h {
+		nv += len(vs)
+	}
+	h2 := make(http.Header, len(h)+addedHeaders)
+	var all []string
+	if nv > 0 {
+		all = make([]string, nv)
+	}
+	for k, vs := range h {
+		if vs == nil {
+			h2[k] = nil // http.Header.Clone keeps a nil value nil
+			continue
+		}
+		n := copy(all, vs)
+		h2[k] = all[:n:n]
+		all = all[n:]
+	}
+	return h2
+}
+
+// statusOf returns the *StatusError in err's chain (statusError wraps it in
+// retry.After), without taking the address of anything: errors.As would make
+// the attempt escape to the heap.
+func statusOf(err error) *StatusError {
+	for err != nil {
+		if se, ok := err.(*StatusError); ok {
+			return se
+		}
+		err = errors.Unwrap(err)
+	}
+	return nil
+}
+
+// do sends one attempt: a shallow copy of the request under the attempt's
+// context (http.Request.WithContext: the URL and the other fields are
+// shared, never changed), with a fresh body after the first attempt and a
+// header of its own: a copy of the caller's (see header) with the
+// watertight headers. The caller's request, header and value slices are
+// never modified, so the caller may reuse the request.
 func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 	a.n++
 	if a.last != nil { // a retry: the previous answer is discarded
 		a.last.discard()
 		a.last = nil
 	}
-	r := a.req.Clone(ctx)
+	r := a.req.WithContext(ctx)
 	if a.n > 1 && a.req.Body != nil && a.req.Body != http.NoBody {
 		body, err := a.req.GetBody()
 		if err != nil {
@@ -337,22 +441,28 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 		}
 		r.Body = body
 	}
-	r.Header.Set(HeaderAttempt, strconv.Itoa(a.n))
-	if r.Header.Get(HeaderIdempotencyKey) == "" {
+	h := header(a.req.Header)
+	r.Header = h
+	h[HeaderAttempt] = attemptValue(a.n)
+	if h.Get(HeaderIdempotencyKey) == "" {
 		if k, ok := retry.IdempotencyKey(ctx); ok {
-			r.Header.Set(HeaderIdempotencyKey, k)
+			h.Set(HeaderIdempotencyKey, k)
 		}
 	}
-	if r.Header.Get(HeaderCriticality) == "" {
+	if h.Get(HeaderCriticality) == "" {
 		if c, ok := CriticalityFrom(ctx); ok {
-			r.Header.Set(HeaderCriticality, c.String())
+			h.Set(HeaderCriticality, c.String())
 		}
 	}
-	if err := a.t.dl.Inject(ctx, r.Header); err != nil {
+	ms, ok, err := a.t.dl.OutgoingMillis(ctx)
+	if err != nil {
 		if a.n > 1 && r.Body != nil {
 			r.Body.Close()
 		}
 		return nil, err
+	}
+	if ok {
+		h[a.t.dlHeader] = a.t.timeouts.get(ms)
 	}
 	if a.n == 1 {
 		a.bodySent = true
@@ -362,7 +472,7 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 		return nil, transportError(ctx, err)
 	}
 	if err := statusError(resp); err != nil {
-		errors.As(err, &a.last)
+		a.last = statusOf(err)
 		return nil, err
 	}
 	return resp, nil

@@ -747,3 +747,229 @@ func TestRetryBudget(t *testing.T) {
 		}
 	})
 }
+
+// cannedTransport is an inner transport without a network: it records the
+// header of every request it gets (a copy) and answers the n-th one
+// (0-based) with status(n), or with the same canned 200 when status is nil.
+type cannedTransport struct {
+	status func(n int) int
+	ok     *http.Response
+	mu     sync.Mutex
+	seen   []http.Header
+	reqs   []*http.Request
+}
+
+func (c *cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if c.status == nil {
+		return c.ok, nil
+	}
+	c.mu.Lock()
+	n := len(c.seen)
+	c.seen = append(c.seen, r.Header.Clone())
+	c.reqs = append(c.reqs, r)
+	c.mu.Unlock()
+	return &http.Response{StatusCode: c.status(n), Header: http.Header{}, Body: io.NopCloser(strings.NewReader("x")), Request: r}, nil
+}
+
+// maxExtraAllocs is the most allocations a request that succeeds on its first
+// attempt may cost the Transport, beyond the inner transport's: the copy of
+// the request and its header map, which takes two. The deadline header's
+// value costs none when a recent request sent the same number of
+// milliseconds (two otherwise).
+const maxExtraAllocs = 3
+
+// TestTransportAllocs keeps the client-side cost of a request from growing:
+// a GET with a deadline through a Transport with a breaker and a bulkhead
+// per host (as in bench/http_test.go's BenchmarkHTTPTransport), against the
+// same inner transport called directly.
+func TestTransportAllocs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocation counts")
+	}
+	inner := &cannedTransport{ok: &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody}}
+	breakers, err := circuit.NewRegistry(circuit.RegistryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bulkheads, err := bulkhead.NewRegistry(bulkhead.RegistryConfig{Config: bulkhead.Config{MaxConcurrent: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		cfg      watertighthttp.TransportConfig
+		deadline bool
+	}{
+		{"registries", watertighthttp.TransportConfig{Base: inner, Breakers: breakers, Bulkheads: bulkheads}, true},
+		{"shared", watertighthttp.TransportConfig{Base: inner}, true},
+		{"no deadline", watertighthttp.TransportConfig{Base: inner, Breakers: breakers, Bulkheads: bulkheads}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := watertighthttp.NewTransport(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if tc.deadline {
+				ctx = ctxTimeout(t, time.Hour)
+			}
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/x", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(resp *http.Response, err error) {
+				if err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("RoundTrip: %v %v", resp, err)
+				}
+			}
+			plain := testing.AllocsPerRun(200, func() { check(inner.RoundTrip(req)) })
+			// The deadline header's value is allocated again when the
+			// milliseconds left change: on a slow machine, every few runs.
+			// The best of a few measurements is the steady state.
+			wt := testing.AllocsPerRun(200, func() { check(tr.RoundTrip(req)) })
+			for i := 0; i < 4 && wt-plain > maxExtraAllocs; i++ {
+				wt = min(wt, testing.AllocsPerRun(200, func() { check(tr.RoundTrip(req)) }))
+			}
+			if extra := wt - plain; extra > maxExtraAllocs {
+				t.Fatalf("the Transport costs %v allocations per request (%v against %v), want at most %v", extra, wt, plain, maxExtraAllocs)
+			}
+		})
+	}
+}
+
+// TestCallersRequestNotModified sends one request twice, retried, and
+// checks that the caller's header and its value slices are left as they
+// were, that every attempt carries the watertight headers and the caller's,
+// and that an attempt's header shares nothing with another's.
+func TestCallersRequestNotModified(t *testing.T) {
+	inner := &cannedTransport{status: func(n int) int {
+		if n%3 < 2 {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	}}
+	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{Base: inner, Retry: retry.Config{Backoff: fastBackoff(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := watertighthttp.WithCriticality(ctxTimeout(t, 10*time.Second), watertighthttp.SheddablePlus)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	multi := make([]string, 2, 4) // room to append in place
+	multi[0], multi[1] = "a", "b"
+	req.Header["X-Multi"] = multi
+	req.Header.Set(watertighthttp.HeaderAttempt, "stale")
+	req.Header.Set(watertighthttp.HeaderTimeout, "999999")
+	want := req.Header.Clone()
+	url := req.URL.String()
+
+	var resps []*http.Response
+	for range 2 {
+		resp, err := tr.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("RoundTrip: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		resps = append(resps, resp)
+	}
+	if fmt.Sprint(req.Header) != fmt.Sprint(want) || &req.Header["X-Multi"][0] != &multi[0] || req.URL.String() != url {
+		t.Fatalf("caller's request changed: header %v, URL %s; want %v, %s", req.Header, req.URL, want, url)
+	}
+	if len(inner.seen) != 6 {
+		t.Fatalf("inner transport saw %d requests, want 6", len(inner.seen))
+	}
+	for i, h := range inner.seen {
+		if got, want := h.Get(watertighthttp.HeaderAttempt), strconv.Itoa(i%3+1); got != want || len(h[watertighthttp.HeaderAttempt]) != 1 {
+			t.Errorf("request %d: %s %q, want %s", i, watertighthttp.HeaderAttempt, h[watertighthttp.HeaderAttempt], want)
+		}
+		if ms, err := strconv.Atoi(h.Get(watertighthttp.HeaderTimeout)); err != nil || ms <= 0 || ms > 9900 || len(h[watertighthttp.HeaderTimeout]) != 1 {
+			t.Errorf("request %d: %s %q, want one value in (0, 9900]", i, watertighthttp.HeaderTimeout, h[watertighthttp.HeaderTimeout])
+		}
+		if c := h.Get(watertighthttp.HeaderCriticality); c != "sheddable-plus" {
+			t.Errorf("request %d: %s %q, want sheddable-plus", i, watertighthttp.HeaderCriticality, c)
+		}
+		if fmt.Sprint(h["X-Multi"]) != "[a b]" {
+			t.Errorf("request %d: X-Multi %q, want [a b]", i, h["X-Multi"])
+		}
+	}
+	// The requests the inner transport got (the last one of each is the
+	// returned response's) share no value slice with the caller: an inner
+	// transport writing into one leaves the caller's request as it was. (The
+	// values of the watertight headers are shared read-only slices of
+	// capacity 1: an append copies.)
+	for i, r := range inner.reqs {
+		if r == req {
+			t.Fatalf("request %d is the caller's", i)
+		}
+		r.Header["X-Multi"][0] = "changed"
+		r.Header[watertighthttp.HeaderTimeout] = append(r.Header[watertighthttp.HeaderTimeout], "appended")
+	}
+	if fmt.Sprint(req.Header) != fmt.Sprint(want) {
+		t.Fatalf("caller's header changed through an attempt's: %v, want %v", req.Header, want)
+	}
+	for i, resp := range resps {
+		if got := resp.Request.Header.Get(watertighthttp.HeaderAttempt); got != "3" {
+			t.Errorf("response %d: request's %s %q, want 3", i, watertighthttp.HeaderAttempt, got)
+		}
+	}
+	// The appends above did not reach the shared values.
+	if resp, err := tr.RoundTrip(req); err != nil || resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusOK {
+		t.Fatalf("RoundTrip: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	for i, h := range inner.seen[6:] {
+		if len(h[watertighthttp.HeaderTimeout]) != 1 || len(h[watertighthttp.HeaderAttempt]) != 1 {
+			t.Errorf("request %d after the appends: %s %q, %s %q; want one value each", 6+i,
+				watertighthttp.HeaderTimeout, h[watertighthttp.HeaderTimeout], watertighthttp.HeaderAttempt, h[watertighthttp.HeaderAttempt])
+		}
+	}
+}
+
+// TestManyAttemptsHeader goes past the precomputed attempt values.
+func TestManyAttemptsHeader(t *testing.T) {
+	const attempts = 20
+	inner := &cannedTransport{status: func(n int) int {
+		if n < attempts-1 {
+			return http.StatusBadGateway
+		}
+		return http.StatusOK
+	}}
+	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{Base: inner, Retry: retry.Config{MaxAttempts: attempts, Backoff: fastBackoff(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://example.com/x", nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("RoundTrip: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if len(inner.seen) != attempts {
+		t.Fatalf("inner transport saw %d requests, want %d", len(inner.seen), attempts)
+	}
+	for i, h := range inner.seen {
+		if got := h[watertighthttp.HeaderAttempt]; len(got) != 1 || got[0] != strconv.Itoa(i+1) {
+			t.Errorf("attempt %d: %s %q", i+1, watertighthttp.HeaderAttempt, got)
+		}
+		if _, ok := h[watertighthttp.HeaderTimeout]; ok {
+			t.Errorf("attempt %d: a timeout header without a deadline", i+1)
+		}
+	}
+}
+
+// TestExhaustedWithRetryAfterReturnsTheResponse: the final answer's error is
+// wrapped (retry.After), and the caller still gets the response.
+func TestExhaustedWithRetryAfterReturnsTheResponse(t *testing.T) {
+	srv, rec := newServer(t, always(http.StatusServiceUnavailable, "Retry-After", "0"))
+	c := newClient(t, srv, watertighthttp.TransportConfig{Retry: retry.Config{MaxAttempts: 2}})
+	resp, body, err := get(t, c, srv.URL)
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || body != "failed 1" || !watertighthttp.IsOverloadedResponse(resp) {
+		t.Fatalf("got %v %q %v, want the second 503 response marked overloaded", resp, body, err)
+	}
+	if n := len(rec.seen()); n != 2 {
+		t.Fatalf("server saw %d requests, want 2", n)
+	}
+}
