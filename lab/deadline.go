@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -156,7 +155,7 @@ func dlRun(ctx context.Context, cfg string, p dlParams, work [][3]time.Duration)
 		return nil, err
 	}
 	tally := &dlTally{requests: len(work)}
-	transport := &http.Transport{MaxIdleConnsPerHost: 200, DialContext: (&net.Dialer{}).DialContext}
+	transport := &http.Transport{MaxIdleConnsPerHost: 200}
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport}
 
@@ -169,8 +168,10 @@ func dlRun(ctx context.Context, cfg string, p dlParams, work [][3]time.Duration)
 		servers[hop] = httptest.NewServer(dlHandler(cfg, hop, next, p, prop, client, tally))
 	}
 	defer func() {
+		// Close waits for the handlers still running (the work the client
+		// abandoned), so their work is counted before the tally is read.
 		for _, s := range servers {
-			s.Close() // waits for the handlers still running: their work is counted
+			s.Close()
 		}
 	}()
 
@@ -197,9 +198,6 @@ func dlRun(ctx context.Context, cfg string, p dlParams, work [][3]time.Duration)
 		}()
 	}
 	wg.Wait()
-	for _, s := range servers { // let the hops finish what the client abandoned
-		s.Close()
-	}
 	return tally, nil
 }
 
