@@ -1,0 +1,238 @@
+package watertight
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// The kinds of Event. Each pattern package documents which kinds it emits
+// and which Event fields it fills.
+const (
+	// EventStateChange: a circuit breaker (or another state machine) moved
+	// From one state To another; Reason says why.
+	EventStateChange EventKind = iota + 1
+	// EventRejected: a call was refused without running (open breaker,
+	// exhausted budget, deadline too short...); Err is the rejection.
+	EventRejected
+	// EventBulkheadFull: a bulkhead or queue was full; Err is the rejection.
+	EventBulkheadFull
+	// EventRetryScheduled: a failed attempt will be retried after Delay;
+	// Attempt is the number of attempts made, Err the last attempt's error.
+	EventRetryScheduled
+	// EventRetryExhausted: the last allowed attempt failed.
+	EventRetryExhausted
+	// EventRetrySkipped: a failure was not retried; Reason says why.
+	EventRetrySkipped
+	// EventBudgetExhausted: a retry or hedge budget refused a withdrawal.
+	EventBudgetExhausted
+	// EventHedgeSent: a hedged (extra) attempt was started; Attempt is its
+	// number (2 for the first hedge), Delay how long after the first.
+	EventHedgeSent
+	// EventHedgeWon: a hedged attempt answered first.
+	EventHedgeWon
+	// EventHedgeSuppressed: a hedge was due but not sent; Reason says why
+	// (budget, breaker, bulkhead, overload).
+	EventHedgeSuppressed
+	// EventFallbackUsed: a fallback answered instead of the primary;
+	// Reason names the fallback, Err is the primary's error.
+	EventFallbackUsed
+	// EventShed: a server dropped a request before running it (deadline
+	// gone, over capacity); Reason says why.
+	EventShed
+	// EventFaultInjected: fault injection replaced or delayed a call.
+	EventFaultInjected
+	// EventReplayed: an idempotency layer answered with a stored result.
+	EventReplayed
+	numEventKinds
+)
+
+var eventKindNames = [...]string{
+	EventStateChange:     "state_change",
+	EventRejected:        "rejected",
+	EventBulkheadFull:    "bulkhead_full",
+	EventRetryScheduled:  "retry_scheduled",
+	EventRetryExhausted:  "retry_exhausted",
+	EventRetrySkipped:    "retry_skipped",
+	EventBudgetExhausted: "budget_exhausted",
+	EventHedgeSent:       "hedge_sent",
+	EventHedgeWon:        "hedge_won",
+	EventHedgeSuppressed: "hedge_suppressed",
+	EventFallbackUsed:    "fallback_used",
+	EventShed:            "shed",
+	EventFaultInjected:   "fault_injected",
+	EventReplayed:        "replayed",
+}
+
+// String returns the kind's stable snake_case name ("state_change"), for
+// logs and metric labels.
+func (k EventKind) String() string {
+	if k > 0 && k < numEventKinds {
+		return eventKindNames[k]
+	}
+	return "unknown"
+}
+
+// Event is one thing a protection did, in one shape across every package,
+// so that a single Listener can log or count them all. Fields that do not
+// apply to a kind are zero.
+type Event struct {
+	// Kind says what happened.
+	Kind EventKind
+	// Source is the emitting package: "circuit", "bulkhead", "retry",
+	// "budget", "hedge", "fallback", "chaos", "http", "grpc",
+	// "idempotency".
+	Source string
+	// Name is the instance's configured name (Config.Name); may be empty.
+	Name string
+	// Key is the registry key, route or method the instance serves, when
+	// it has one.
+	Key string
+	// Time is when it happened.
+	Time time.Time
+	// From and To are state names (EventStateChange only).
+	From, To string
+	// Reason says why, in words for people: "failure rate 60% >= 50% over
+	// 20 calls", "budget exhausted".
+	Reason string
+	// Attempt is the attempt number the event concerns (1 is the first).
+	Attempt int
+	// Delay is a wait: before the next retry, or before a hedge was sent.
+	Delay time.Duration
+	// Err is the error concerned: the rejection, or the failure that led
+	// to a retry or a fallback.
+	Err error
+}
+
+// A Listener receives Events. Emitters call OnEvent synchronously, in the
+// goroutine that caused the event (a caller, or a timer), never while
+// holding a lock of their own, so a listener may call back into the
+// emitter. OnEvent must be safe for concurrent use and must return quickly:
+// some events (rejections) happen on hot paths. A listener that does slow
+// work (writes to a file or the network) should be wrapped in an
+// AsyncListener, which hands events to one goroutine and drops them rather
+// than block when that goroutine falls behind.
+type Listener interface {
+	OnEvent(Event)
+}
+
+// ListenerFunc adapts a function to a Listener.
+type ListenerFunc func(Event)
+
+// OnEvent calls f(e).
+func (f ListenerFunc) OnEvent(e Event) { f(e) }
+
+// Listeners returns a Listener that passes each event to every non-nil
+// listener in ls, in order. It returns nil when none is non-nil, so that
+// emitters skip building events at all.
+func Listeners(ls ...Listener) Listener {
+	var keep multiListener
+	for _, l := range ls {
+		if l != nil {
+			keep = append(keep, l)
+		}
+	}
+	switch len(keep) {
+	case 0:
+		return nil
+	case 1:
+		return keep[0]
+	}
+	return keep
+}
+
+type multiListener []Listener
+
+func (m multiListener) OnEvent(e Event) {
+	for _, l := range m {
+		l.OnEvent(e)
+	}
+}
+
+// Emit sends e to l if l is not nil, filling e.Time with the current time
+// when it is zero. It is what pattern packages call; the clock is read only
+// when somebody listens.
+func Emit(l Listener, e Event) {
+	if l == nil {
+		return
+	}
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	l.OnEvent(e)
+}
+
+// AsyncListener delivers events to another Listener from a single goroutine
+// through a bounded queue. OnEvent never blocks: when the queue is full the
+// event is dropped and counted (Dropped). Events are delivered in the order
+// they were accepted. Close stops the goroutine after delivering what is
+// queued. Build it with NewAsyncListener.
+type AsyncListener struct {
+	next    Listener
+	queue   chan Event
+	dropped atomic.Uint64
+	mu      sync.RWMutex // guards closed against a send on a closed queue
+	closed  bool
+	done    chan struct{}
+}
+
+// DefaultAsyncBuffer is the queue length NewAsyncListener uses for a buffer
+// of zero.
+const DefaultAsyncBuffer = 1024
+
+// NewAsyncListener starts the goroutine that delivers to next and returns
+// the listener. buffer is the queue length: zero means DefaultAsyncBuffer,
+// and a negative buffer is treated as zero. Call Close when done with it.
+func NewAsyncListener(next Listener, buffer int) *AsyncListener {
+	if buffer <= 0 {
+		buffer = DefaultAsyncBuffer
+	}
+	a := &AsyncListener{next: next, queue: make(chan Event, buffer), done: make(chan struct{})}
+	go a.run()
+	return a
+}
+
+func (a *AsyncListener) run() {
+	defer close(a.done)
+	for e := range a.queue {
+		if a.next != nil {
+			a.next.OnEvent(e)
+		}
+	}
+}
+
+// OnEvent queues e, or drops it when the queue is full or the listener is
+// closed.
+func (a *AsyncListener) OnEvent(e Event) {
+	a.mu.RLock()
+	if a.closed {
+		a.mu.RUnlock()
+		a.dropped.Add(1)
+		return
+	}
+	select {
+	case a.queue <- e:
+	default:
+		a.dropped.Add(1)
+	}
+	a.mu.RUnlock()
+}
+
+// Dropped returns how many events were dropped because the queue was full
+// or the listener closed.
+func (a *AsyncListener) Dropped() uint64 { return a.dropped.Load() }
+
+// Close stops accepting events, waits until the queued ones are delivered,
+// and stops the goroutine. It is safe to call more than once.
+func (a *AsyncListener) Close() {
+	a.mu.Lock()
+	if !a.closed {
+		a.closed = true
+		close(a.queue)
+	}
+	a.mu.Unlock()
+	<-a.done
+}
