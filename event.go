@@ -47,6 +47,10 @@ const (
 	EventFaultInjected
 	// EventReplayed: an idempotency layer answered with a stored result.
 	EventReplayed
+	// EventDropped: a task or request that had been accepted into a queue
+	// was dropped without running (it waited longer than allowed, its
+	// context ended, or the queue was shut down); Err says why.
+	EventDropped
 	numEventKinds
 )
 
@@ -65,6 +69,7 @@ var eventKindNames = [...]string{
 	EventShed:            "shed",
 	EventFaultInjected:   "fault_injected",
 	EventReplayed:        "replayed",
+	EventDropped:         "dropped",
 }
 
 // String returns the kind's stable snake_case name ("state_change"), for
@@ -100,7 +105,8 @@ type Event struct {
 	Reason string
 	// Attempt is the attempt number the event concerns (1 is the first).
 	Attempt int
-	// Delay is a wait: before the next retry, or before a hedge was sent.
+	// Delay is a wait: before the next retry, before a hedge was sent, or
+	// how long a breaker that opened stays open.
 	Delay time.Duration
 	// Err is the error concerned: the rejection, or the failure that led
 	// to a retry or a fallback.

@@ -36,6 +36,9 @@ const (
 // Config configures a Budget. The zero value is valid: every zero field takes
 // the default named in its comment (see DefaultConfig).
 type Config struct {
+	// Name labels the budget in events (the dependency it guards). It may
+	// be empty.
+	Name string
 	// Ratio is the share of requests that may be retried: each Deposit adds
 	// Ratio of a token and each granted retry takes one whole token. Zero
 	// means DefaultRatio (0.1: at most one retry per ten requests, over
@@ -58,6 +61,13 @@ type Config struct {
 	// DefaultMinPerSecond (10); negative means no floor. Must not be above
 	// MaxMinPerSecond.
 	MinPerSecond float64
+	// Listener, if not nil, receives an EventBudgetExhausted, with Source
+	// "budget", Name this Name and Err ErrExhausted, for every Withdraw the
+	// budget refuses. It is called in the goroutine of Withdraw, with no
+	// lock held; refusals come in bursts when a dependency fails, so it
+	// should return quickly (see watertight.Listener). If nil, no events
+	// are built.
+	Listener watertight.Listener
 }
 
 // DefaultConfig returns the configuration that zero fields resolve to: retries
@@ -279,8 +289,25 @@ func (b *Budget) withdrawFloor() bool {
 		return true
 	}
 	b.refused.Add(1)
+	if b.cfg.Listener != nil {
+		b.emitRefused()
+	}
 	return false
 }
+
+// emitRefused sends an EventBudgetExhausted. It is kept out of line so that
+// the refusal path of a budget without a listener stays as small as it was.
+//
+//go:noinline
+func (b *Budget) emitRefused() {
+	watertight.Emit(b.cfg.Listener, watertight.Event{
+		Kind: watertight.EventBudgetExhausted, Source: source, Name: b.cfg.Name,
+		Reason: "no token in the balance nor from the floor", Err: ErrExhausted,
+	})
+}
+
+// source is the Source of the package's events.
+const source = "budget"
 
 // takeFloor takes a token from the floor bucket, a GCRA (generic cell rate
 // algorithm) in one atomic word: it reports whether a retry now keeps the

@@ -490,3 +490,98 @@ func runWorkload(cfg budget.Config, ops []workOp) error {
 	}
 	return nil
 }
+
+// recorder is a Listener that keeps the events it receives.
+type recorder struct {
+	mu  sync.Mutex
+	evs []watertight.Event
+}
+
+func (r *recorder) OnEvent(e watertight.Event) {
+	r.mu.Lock()
+	r.evs = append(r.evs, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) take() []watertight.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	evs := r.evs
+	r.evs = nil
+	return evs
+}
+
+func TestBudgetEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		cfg := noFloor(0.5, 1)
+		cfg.Name, cfg.Listener = "payments", rec
+		b := mustNew(t, cfg)
+		b.Deposit()
+		b.Deposit()
+		start := time.Now()
+		if !b.Withdraw() { // the one token two deposits made
+			t.Fatal("refused a retry it had a token for")
+		}
+		if evs := rec.take(); len(evs) != 0 {
+			t.Fatalf("a granted retry sent %v", evs)
+		}
+		time.Sleep(time.Second)
+		if b.Withdraw() || b.Withdraw() {
+			t.Fatal("granted a retry without a token")
+		}
+		evs := rec.take()
+		if len(evs) != 2 {
+			t.Fatalf("events %v, want two refusals", evs)
+		}
+		for _, e := range evs {
+			if e.Kind != watertight.EventBudgetExhausted || e.Source != "budget" || e.Name != "payments" || e.Err != budget.ErrExhausted || e.Reason == "" || !e.Time.Equal(start.Add(time.Second)) {
+				t.Errorf("event %+v", e)
+			}
+		}
+		if s := b.Snapshot(); s.Refused != 2 {
+			t.Fatalf("Refused %d", s.Refused)
+		}
+	})
+}
+
+// A listener may call back into the budget: refusals are not reported
+// under its lock.
+func TestBudgetListenerMayCallBackIn(t *testing.T) {
+	var b *budget.Budget
+	depth, n := 0, 0
+	cfg := noFloor(1, 1)
+	cfg.Listener = watertight.ListenerFunc(func(watertight.Event) {
+		depth++
+		defer func() { depth-- }()
+		n++
+		_ = b.Snapshot() // takes the budget's mutex
+		if depth == 1 {
+			b.Deposit()
+			if !b.Withdraw() {
+				t.Error("a token deposited from the listener was refused")
+			}
+			_ = b.Withdraw() // refused again, within the event
+		}
+	})
+	b = mustNew(t, cfg)
+	if b.Withdraw() {
+		t.Fatal("granted from an empty balance")
+	}
+	if n != 2 {
+		t.Fatalf("%d events, want 2", n)
+	}
+}
+
+func TestBudgetListenerAllocs(t *testing.T) {
+	n := 0
+	cfg := noFloor(0.1, 1)
+	cfg.Listener = watertight.ListenerFunc(func(watertight.Event) { n++ })
+	b := mustNew(t, cfg)
+	if a := testing.AllocsPerRun(100, func() { b.Deposit(); _ = b.Withdraw() }); a != 0 {
+		t.Fatalf("%v allocs per refused withdrawal with a listener", a)
+	}
+	if n < 90 {
+		t.Fatalf("%d events", n)
+	}
+}

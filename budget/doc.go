@@ -99,4 +99,13 @@
 // A nil *Budget and a nil *Throttler are valid and disabled: a nil Budget
 // grants every retry, a nil Throttler lets every request through. Code that
 // takes an optional budget or throttler calls them without checking.
+//
+// # Events
+//
+// With Config.Listener, a Budget reports each refused Withdraw as a
+// watertight.EventBudgetExhausted; with ThrottleConfig.Listener, a Throttler
+// reports each local rejection as a watertight.EventRejected (Err
+// ErrThrottled). Both have Source "budget" and the configured Name, and are
+// sent with no lock held. Without a listener nothing is built: the paths
+// cost what they did.
 package budget

@@ -29,6 +29,9 @@ const (
 // ThrottleConfig configures a Throttler. The zero value is valid: every zero
 // field takes the default named in its comment (see DefaultThrottleConfig).
 type ThrottleConfig struct {
+	// Name labels the throttler in events (the backend it guards). It may
+	// be empty.
+	Name string
 	// K is the multiplier of accepts: the throttler lets through about K
 	// times as many requests as the backend accepts, rejecting the rest
 	// locally. Lower is more aggressive (K = 1 sends no more than the backend
@@ -60,6 +63,13 @@ type ThrottleConfig struct {
 	// that sheds load by timing out rather than answering needs a Rejected
 	// that counts timeouts too.
 	Rejected func(err error) bool
+	// Listener, if not nil, receives an EventRejected, with Source
+	// "budget", Name this Name and Err ErrThrottled, for every request the
+	// throttler rejects locally. It is called in the goroutine of Allow (or
+	// Enter), with no lock held; while the backend is overloaded that is a
+	// share of all requests, so it should return quickly (see
+	// watertight.Listener). If nil, no events are built.
+	Listener watertight.Listener
 }
 
 // DefaultThrottleConfig returns the configuration that zero fields resolve
@@ -278,10 +288,24 @@ func (t *Throttler) allow(withInflight bool) (*tbucket, error) {
 	if float64(req) > t.cfg.K*float64(acc) { // else the probability is 0: no draw
 		if t.cfg.Rand() < t.probability(req, acc) {
 			t.rejected.Add(1)
+			if t.cfg.Listener != nil {
+				t.emitRejected()
+			}
 			return b, ErrThrottled
 		}
 	}
 	return b, nil
+}
+
+// emitRejected sends an EventRejected. It is kept out of line so that allow
+// stays as small as it was for a throttler without a listener.
+//
+//go:noinline
+func (t *Throttler) emitRejected() {
+	watertight.Emit(t.cfg.Listener, watertight.Event{
+		Kind: watertight.EventRejected, Source: source, Name: t.cfg.Name,
+		Reason: "throttled locally: the backend accepts too few of the requests", Err: ErrThrottled,
+	})
 }
 
 // Allow counts one request to the backend and decides whether to send it: it

@@ -505,3 +505,52 @@ func TestColdStartBurstIsNotThrottled(t *testing.T) {
 		}
 	})
 }
+
+func TestThrottlerEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		th := mustThrottler(t, budget.ThrottleConfig{Name: "search", Rand: constant(0), Listener: rec})
+		// Requests without accepts: from the second on, the probability is
+		// above zero ((1 - 0)/2 for the second) and a draw of 0 rejects.
+		var rejected int
+		for range 5 {
+			if errors.Is(th.Allow(), budget.ErrThrottled) {
+				rejected++
+			}
+		}
+		evs := rec.take()
+		if rejected != 4 || len(evs) != 4 {
+			t.Fatalf("%d rejected, events %v", rejected, evs)
+		}
+		for _, e := range evs {
+			if e.Kind != watertight.EventRejected || e.Source != "budget" || e.Name != "search" || e.Err != budget.ErrThrottled || e.Reason == "" || !e.Time.Equal(time.Now()) {
+				t.Errorf("event %+v", e)
+			}
+		}
+	})
+}
+
+// A listener may call back into the throttler, whose Snapshot may move the
+// window on under its mutex.
+func TestThrottlerListenerMayCallBackIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var th *budget.Throttler
+		depth, n := 0, 0
+		th = mustThrottler(t, budget.ThrottleConfig{Rand: constant(0), Listener: watertight.ListenerFunc(func(watertight.Event) {
+			depth++
+			defer func() { depth-- }()
+			n++
+			time.Sleep(time.Second) // a new bucket: Snapshot and Allow rotate under the mutex
+			_ = th.Snapshot()
+			if depth == 1 {
+				_ = th.Allow() // rejected again, within the event
+			}
+		})})
+		for range 2 { // the second is rejected
+			_ = th.Allow()
+		}
+		if n != 2 {
+			t.Fatalf("%d events, want 2", n)
+		}
+	})
+}

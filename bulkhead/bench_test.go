@@ -2,6 +2,7 @@ package bulkhead_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	"github.com/watertight-go/watertight"
@@ -119,4 +120,25 @@ func BenchmarkPipeline(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkFullListener is a refusal by a full bulkhead that sends an event
+// to a listener that only counts.
+func BenchmarkFullListener(b *testing.B) {
+	var n atomic.Int64
+	bh, err := bulkhead.New(bulkhead.Config{MaxConcurrent: 1, Listener: watertight.ListenerFunc(func(watertight.Event) { n.Add(1) })})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = bh.Acquire(context.Background())
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if bh.TryAcquire() {
+				b.Error("admitted")
+				return
+			}
+		}
+	})
+	bh.Release()
 }

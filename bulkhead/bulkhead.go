@@ -57,6 +57,15 @@ type Config struct {
 	// waits at most that long, then fails with ErrFull. Waiters are served
 	// first come, first served.
 	MaxWait time.Duration
+	// Listener, if not nil, receives an EventBulkheadFull for every
+	// Acquire that fails and every TryAcquire that returns false, with
+	// Source "bulkhead", Name this Name (in a Registry: the registry's
+	// Name, and Key the bulkhead's key), Err the error Acquire returns
+	// (ErrFull, alone or with the context's error) and Reason in words. It
+	// is called in the caller's goroutine, with no lock held, on the
+	// rejection path: it should return quickly (see watertight.Listener).
+	// If nil, no events are built.
+	Listener watertight.Listener
 }
 
 // DefaultConfig returns the configuration New uses for zero fields: 25
@@ -104,10 +113,13 @@ type Bulkhead struct {
 	acquiredSlow atomic.Uint64 // permits handed to waiters that kept them
 	canceled     atomic.Uint64
 
-	name string
-	mu   sync.Mutex
-	head *waiter // FIFO queue of waiters, oldest first
-	tail *waiter
+	name     string
+	listener watertight.Listener
+	evName   string // Name of the events: Config.Name, or the registry's Name
+	evKey    string // Key of the events: the registry key
+	mu       sync.Mutex
+	head     *waiter // FIFO queue of waiters, oldest first
+	tail     *waiter
 }
 
 // waiter is one caller queued for a permit. All fields are guarded by
@@ -134,12 +146,43 @@ func newBulkhead(cfg Config) *Bulkhead {
 		n = DefaultMaxConcurrent
 	}
 	return &Bulkhead{
-		max:     uint64(n),
-		maxWait: cfg.MaxWait,
-		name:    cfg.Name,
-		errFull: label(cfg.Name, ErrFull),
+		max:      uint64(n),
+		maxWait:  cfg.MaxWait,
+		name:     cfg.Name,
+		listener: cfg.Listener,
+		evName:   cfg.Name,
+		errFull:  label(cfg.Name, ErrFull),
 	}
 }
+
+// Reasons of the bulkhead's EventBulkheadFull events.
+const (
+	reasonNoWait   = "no permit free"
+	reasonTimedOut = "no permit free within MaxWait"
+	reasonStopped  = "the caller stopped waiting for a permit"
+)
+
+// fullEvent sends an EventBulkheadFull to the listener, if any, and returns
+// err. No lock is held.
+func (b *Bulkhead) fullEvent(err error, reason string) error {
+	if b.listener != nil {
+		b.emitFull(err, reason)
+	}
+	return err
+}
+
+// emitFull is kept out of line so that the rejection paths of a bulkhead
+// without a listener stay as small as they were.
+//
+//go:noinline
+func (b *Bulkhead) emitFull(err error, reason string) {
+	watertight.Emit(b.listener, watertight.Event{
+		Kind: watertight.EventBulkheadFull, Source: source, Name: b.evName, Key: b.evKey, Reason: reason, Err: err,
+	})
+}
+
+// source is the Source of the package's events.
+const source = "bulkhead"
 
 // Acquire takes a permit. When none is free it fails with ErrFull at once if
 // Config.MaxWait is zero; otherwise it queues behind earlier waiters and
@@ -157,7 +200,7 @@ func (b *Bulkhead) Acquire(ctx context.Context) error {
 	}
 	if b.maxWait == 0 {
 		b.rejected.Add(1)
-		return b.full()
+		return b.fullEvent(b.full(), reasonNoWait)
 	}
 	return b.wait(ctx)
 }
@@ -170,6 +213,9 @@ func (b *Bulkhead) TryAcquire() bool {
 		return true
 	}
 	b.rejected.Add(1)
+	if b.listener != nil {
+		b.emitFull(b.full(), reasonNoWait)
+	}
 	return false
 }
 
@@ -239,7 +285,7 @@ func (b *Bulkhead) wait(ctx context.Context) error {
 			// The context ended before the call: fail even if a permit
 			// has become free since, as x/sync's semaphore does.
 			b.canceled.Add(1)
-			return b.stopped(ctx)
+			return b.fullEvent(b.stopped(ctx), reasonStopped)
 		default:
 		}
 	}
@@ -271,7 +317,7 @@ func (b *Bulkhead) wait(ctx context.Context) error {
 			case <-done:
 				b.canceled.Add(1)
 				b.Release()
-				return b.stopped(ctx)
+				return b.fullEvent(b.stopped(ctx), reasonStopped)
 			default:
 			}
 		}
@@ -280,11 +326,11 @@ func (b *Bulkhead) wait(ctx context.Context) error {
 	case <-done:
 		b.giveUp(w)
 		b.canceled.Add(1)
-		return b.stopped(ctx)
+		return b.fullEvent(b.stopped(ctx), reasonStopped)
 	case <-expired:
 		b.giveUp(w)
 		b.rejected.Add(1)
-		return b.full()
+		return b.fullEvent(b.full(), reasonTimedOut)
 	}
 }
 

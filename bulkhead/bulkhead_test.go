@@ -697,3 +697,138 @@ func TestGiveUpInFullBulkheadDoesNotTripBreaker(t *testing.T) {
 		b.Release()
 	})
 }
+
+// recorder is a Listener that keeps the events it receives.
+type recorder struct {
+	mu  sync.Mutex
+	evs []watertight.Event
+}
+
+func (r *recorder) OnEvent(e watertight.Event) {
+	r.mu.Lock()
+	r.evs = append(r.evs, e)
+	r.mu.Unlock()
+}
+
+// take returns the events received since the last take, one line each:
+// kind, source/name/key, reason, error.
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, e := range r.evs {
+		s := fmt.Sprintf("%v %s/%s/%s %q", e.Kind, e.Source, e.Name, e.Key, e.Reason)
+		if e.Err != nil {
+			s += " err=" + e.Err.Error()
+		}
+		if e.Time.IsZero() {
+			s += " (no time)"
+		}
+		out = append(out, s)
+	}
+	r.evs = nil
+	return out
+}
+
+func checkEvents(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestBulkheadEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		b := mustNew(t, bulkhead.Config{Name: "db", MaxConcurrent: 1, Listener: rec})
+		if err := b.Acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Acquire(context.Background()); !errors.Is(err, bulkhead.ErrFull) {
+			t.Fatalf("Acquire on a full bulkhead: %v", err)
+		}
+		if b.TryAcquire() {
+			t.Fatal("TryAcquire on a full bulkhead")
+		}
+		b.Release()
+		checkEvents(t, rec.take(),
+			`bulkhead_full bulkhead/db/ "no permit free" err=bulkhead: db: full`,
+			`bulkhead_full bulkhead/db/ "no permit free" err=bulkhead: db: full`)
+
+		w := mustNew(t, bulkhead.Config{Name: "api", MaxConcurrent: 1, MaxWait: time.Second, Listener: rec})
+		_ = w.Acquire(context.Background())
+		start := time.Now()
+		if err := w.Acquire(context.Background()); !errors.Is(err, bulkhead.ErrFull) {
+			t.Fatalf("Acquire after MaxWait: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		err := w.Acquire(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire cut short: %v", err)
+		}
+		if err := w.Acquire(ctx); err == nil { // ctx already done
+			t.Fatal("Acquire with a done context")
+		}
+		w.Release()
+		rec.mu.Lock()
+		if at := rec.evs[0].Time; !at.Equal(start.Add(time.Second)) {
+			t.Errorf("first event at %v, want after MaxWait (%v)", at, start.Add(time.Second))
+		}
+		rec.mu.Unlock()
+		checkEvents(t, rec.take(),
+			`bulkhead_full bulkhead/api/ "no permit free within MaxWait" err=bulkhead: api: full`,
+			`bulkhead_full bulkhead/api/ "the caller stopped waiting for a permit" err=bulkhead: api: full (stopped waiting: context deadline exceeded)`,
+			`bulkhead_full bulkhead/api/ "the caller stopped waiting for a permit" err=bulkhead: api: full (stopped waiting: context deadline exceeded)`)
+	})
+}
+
+// A listener may call back into the bulkhead: events are never sent under
+// its lock, including when a waiter gives up.
+func TestBulkheadListenerMayCallBackIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var b *bulkhead.Bulkhead
+		var depth, n atomic.Int64
+		l := watertight.ListenerFunc(func(e watertight.Event) {
+			d := depth.Add(1)
+			defer depth.Add(-1)
+			n.Add(1)
+			_ = b.Snapshot()
+			if d == 1 && b.TryAcquire() { // rejected again, within the event
+				b.Release()
+			}
+		})
+		b = mustNew(t, bulkhead.Config{MaxConcurrent: 1, MaxWait: time.Second, Listener: l})
+		_ = b.Acquire(context.Background())
+		_ = b.Acquire(context.Background()) // times out, after giveUp took the lock
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			synctest.Wait()
+			cancel()
+		}()
+		_ = b.Acquire(ctx)
+		b.Release()
+		if n.Load() != 4 {
+			t.Fatalf("%d events, want 4 (2 failed Acquires, each with a failed TryAcquire)", n.Load())
+		}
+		checkState(t, b, 0, 0)
+	})
+}
+
+// Without a listener the rejection path allocates nothing; with one that
+// does not allocate, neither does it.
+func TestBulkheadListenerAllocs(t *testing.T) {
+	var n atomic.Int64
+	b := mustNew(t, bulkhead.Config{Name: "x", MaxConcurrent: 1, Listener: watertight.ListenerFunc(func(watertight.Event) { n.Add(1) })})
+	_ = b.Acquire(context.Background())
+	if a := testing.AllocsPerRun(100, func() { _ = b.Acquire(context.Background()); _ = b.TryAcquire() }); a != 0 {
+		t.Errorf("rejections with a listener: %v allocs", a)
+	}
+	b.Release()
+	if a := testing.AllocsPerRun(100, func() { _ = b.Acquire(context.Background()); b.Release() }); a != 0 {
+		t.Errorf("acquire and release with a listener: %v allocs", a)
+	}
+	if n.Load() < 200 {
+		t.Fatalf("%d events", n.Load())
+	}
+}

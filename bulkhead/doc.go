@@ -43,4 +43,14 @@
 // All rejections satisfy [watertight.IsRejection] (never retried, not a
 // failure of the dependency), and the saturation ones ([ErrFull],
 // [ErrQueueFull], [ErrQueueTimeout]) also [watertight.IsSaturation].
+//
+// # Events
+//
+// With a [Config].Listener (or [PoolConfig].Listener), a bulkhead reports each
+// refusal as a [watertight.Event] with Source "bulkhead": EventBulkheadFull
+// for a full bulkhead or queue, EventRejected for a closed pool or a full
+// [Registry], and EventDropped for a pool task dropped from the queue. A
+// Registry's events carry the key as Key. Events are sent with no lock held,
+// so a listener may call back in; without a listener none is built, and the
+// paths cost what they did.
 package bulkhead

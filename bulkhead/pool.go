@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/watertight-go/watertight"
 )
 
 // DefaultWorkers is the number of workers used when PoolConfig.Workers is
@@ -43,6 +45,15 @@ type PoolConfig struct {
 	// panicked; the worker recovers and goes on with the next task. If nil,
 	// panics are only counted (and Call returns them as its error).
 	OnPanic func(err *PanicError)
+	// Listener, if not nil, receives the pool's events, with Source
+	// "bulkhead" and Name this Name: EventBulkheadFull when a task is
+	// refused because the queue is full (Err ErrQueueFull), EventRejected
+	// when it is refused after Shutdown (Err ErrClosed), and EventDropped
+	// for each accepted task dropped without running (Err as for OnDrop,
+	// after which it is called). It is never called with a lock held, and
+	// runs on the goroutines OnDrop runs on; it should return quickly (see
+	// watertight.Listener). If nil, no events are built.
+	Listener watertight.Listener
 }
 
 // DefaultPoolConfig returns the configuration NewPool uses for zero fields:
@@ -97,6 +108,7 @@ type Pool struct {
 	maxQueueWait time.Duration
 	onDrop       func(error)
 	onPanic      func(*PanicError)
+	listener     watertight.Listener
 
 	errQueueFull    error
 	errQueueTimeout error
@@ -163,6 +175,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		maxQueueWait:    cfg.MaxQueueWait,
 		onDrop:          cfg.OnDrop,
 		onPanic:         cfg.OnPanic,
+		listener:        cfg.Listener,
 		errQueueFull:    label(cfg.Name, ErrQueueFull),
 		errQueueTimeout: label(cfg.Name, ErrQueueTimeout),
 		errClosed:       label(cfg.Name, ErrClosed),
@@ -206,6 +219,7 @@ func (p *Pool) submit(j *job) (queued bool, err error) {
 	if p.closed {
 		p.rejected++
 		p.mu.Unlock()
+		p.event(watertight.EventRejected, p.errClosed, "the pool is shut down")
 		return false, p.errClosed
 	}
 	if n := len(p.idle); n > 0 {
@@ -223,6 +237,7 @@ func (p *Pool) submit(j *job) (queued bool, err error) {
 		p.rejected++
 		p.mu.Unlock()
 		p.dropAll(stale)
+		p.event(watertight.EventBulkheadFull, p.errQueueFull, "every worker busy and the queue full")
 		return false, p.errQueueFull
 	}
 	j.enq = now
@@ -287,6 +302,17 @@ func (p *Pool) reportDrop(j *job, err error) {
 	}
 	if p.onDrop != nil {
 		p.onDrop(err)
+	}
+	p.event(watertight.EventDropped, err, reasonDropped)
+}
+
+// reasonDropped is the Reason of the pool's EventDropped events.
+const reasonDropped = "an accepted task was dropped from the queue without running"
+
+// event sends an event to the listener, if any. No lock is held.
+func (p *Pool) event(kind watertight.EventKind, err error, reason string) {
+	if p.listener != nil {
+		watertight.Emit(p.listener, watertight.Event{Kind: kind, Source: source, Name: p.name, Reason: reason, Err: err})
 	}
 }
 
@@ -481,6 +507,7 @@ func (p *Pool) cancel(j *job, err error) bool {
 	if p.onDrop != nil {
 		p.onDrop(err)
 	}
+	p.event(watertight.EventDropped, err, reasonDropped)
 	return true
 }
 

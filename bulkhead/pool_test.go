@@ -603,3 +603,82 @@ func TestPoolStress(t *testing.T) {
 	}
 	t.Logf("peak %d; %+v", peak.Load(), s)
 }
+
+func TestPoolEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		var dropped []error
+		p := mustPool(t, bulkhead.PoolConfig{Name: "jobs", Workers: 1, QueueSize: 1, MaxQueueWait: time.Second, Listener: rec,
+			OnDrop: func(err error) { dropped = append(dropped, err) }})
+		g := make(gate)
+		if err := p.Submit(context.Background(), g.wait); err != nil { // runs
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if err := p.Submit(context.Background(), g.wait); err != nil { // queued
+			t.Fatal(err)
+		}
+		if err := p.Submit(context.Background(), g.wait); !errors.Is(err, bulkhead.ErrQueueFull) {
+			t.Fatalf("Submit to a full queue: %v", err)
+		}
+		time.Sleep(2 * time.Second) // the queued task waits past MaxQueueWait
+		close(g)                    // the worker finds it too old and drops it
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		g2 := make(gate)
+		_ = p.Submit(context.Background(), g2.wait) // runs
+		synctest.Wait()
+		go func() {
+			synctest.Wait()
+			cancel()
+		}()
+		if _, err := bulkhead.Call(ctx, p, func(context.Context) (int, error) { return 1, nil }); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Call cancelled while queued: %v", err)
+		}
+		close(g2)
+		shutdown(t, p)
+		if err := p.Submit(context.Background(), g.wait); !errors.Is(err, bulkhead.ErrClosed) {
+			t.Fatalf("Submit after Shutdown: %v", err)
+		}
+		checkEvents(t, rec.take(),
+			`bulkhead_full bulkhead/jobs/ "every worker busy and the queue full" err=bulkhead: jobs: queue full`,
+			`dropped bulkhead/jobs/ "an accepted task was dropped from the queue without running" err=bulkhead: jobs: task waited longer than MaxQueueWait in the queue and was not run`,
+			`dropped bulkhead/jobs/ "an accepted task was dropped from the queue without running" err=context canceled`,
+			`rejected bulkhead/jobs/ "the pool is shut down" err=bulkhead: jobs: pool closed`)
+		if len(dropped) != 2 {
+			t.Fatalf("OnDrop saw %v, want two drops", dropped)
+		}
+	})
+}
+
+// A listener may call back into the pool: it is never called under the
+// pool's lock, including for the tasks Shutdown drops.
+func TestPoolListenerMayCallBackIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var p *bulkhead.Pool
+		var depth, n atomic.Int64
+		l := watertight.ListenerFunc(func(e watertight.Event) {
+			d := depth.Add(1)
+			defer depth.Add(-1)
+			n.Add(1)
+			_ = p.Snapshot()
+			if d == 1 {
+				_ = p.Submit(context.Background(), func(context.Context) {}) // refused again, within the event
+			}
+		})
+		p = mustPool(t, bulkhead.PoolConfig{Workers: 1, QueueSize: 1, Listener: l})
+		g := make(gate)
+		_ = p.Submit(context.Background(), g.wait)
+		synctest.Wait()
+		_ = p.Submit(context.Background(), g.wait) // queued
+		_ = p.Submit(context.Background(), g.wait) // refused: full; the listener is refused too
+		go func() {
+			synctest.Wait()
+			close(g)
+		}()
+		shutdown(t, p) // drops the queued task; the listener's Submit is refused (closed)
+		if got := n.Load(); got != 4 {
+			t.Fatalf("%d events, want 4 (full twice, dropped, closed)", got)
+		}
+	})
+}

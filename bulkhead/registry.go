@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/internal/keyed"
 )
 
@@ -13,7 +14,9 @@ const DefaultMaxKeys = 1000
 // RegistryConfig configures a Registry.
 type RegistryConfig struct {
 	// Config configures every key's bulkhead, except its Name: each key's
-	// bulkhead is named by its key.
+	// bulkhead is named by its key (in its errors and Snapshot). The events
+	// sent to Config.Listener carry the registry's Name (this Config.Name,
+	// which may be empty) as Name and the bulkhead's key as Key.
 	Config
 	// MaxKeys bounds the number of bulkheads held. Zero means
 	// DefaultMaxKeys; a negative value means no bound.
@@ -28,7 +31,9 @@ type RegistryConfig struct {
 // A Registry is safe for concurrent use; Get on a key already held takes no
 // lock. Build it with NewRegistry: the zero value is not usable.
 type Registry struct {
-	m *keyed.Map[*Bulkhead]
+	m        *keyed.Map[*Bulkhead]
+	name     string
+	listener watertight.Listener
 }
 
 // NewRegistry returns a Registry for cfg. It fails, naming the field and the
@@ -48,9 +53,11 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	create := func(key string) (*Bulkhead, error) {
 		c := bc
 		c.Name = key
-		return newBulkhead(c), nil
+		b := newBulkhead(c)
+		b.evName, b.evKey = bc.Name, key
+		return b, nil
 	}
-	return &Registry{m: keyed.New(maxKeys, create, (*Bulkhead).idle)}, nil
+	return &Registry{m: keyed.New(maxKeys, create, (*Bulkhead).idle), name: bc.Name, listener: bc.Listener}, nil
 }
 
 // Get returns key's bulkhead, creating it on first use. When the registry
@@ -61,9 +68,16 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 // later Get of its key creates a new one: a caller that keeps a bulkhead
 // across an eviction can briefly let that key run up to twice its limit.
 // Call Get for each call rather than keeping the result.
+//
+// A refusal is sent to Config.Listener as an EventRejected with the key.
 func (r *Registry) Get(key string) (*Bulkhead, error) {
 	b, err := r.m.Get(key, ErrTooManyKeys)
 	if err != nil {
+		if r.listener != nil {
+			watertight.Emit(r.listener, watertight.Event{
+				Kind: watertight.EventRejected, Source: source, Name: r.name, Key: key, Err: err,
+			})
+		}
 		return nil, err
 	}
 	return b, nil

@@ -158,3 +158,20 @@ func snapshotKeys(r *bulkhead.Registry) []string {
 	}
 	return keys
 }
+
+func TestRegistryEventsCarryKey(t *testing.T) {
+	rec := &recorder{}
+	r := mustRegistry(t, bulkhead.RegistryConfig{Config: bulkhead.Config{Name: "tenants", MaxConcurrent: 1, Listener: rec}, MaxKeys: 1})
+	a := mustGet(t, r, "acme")
+	_ = a.Acquire(context.Background())
+	if a.TryAcquire() {
+		t.Fatal("TryAcquire on a full bulkhead")
+	}
+	if _, err := r.Get("globex"); !errors.Is(err, bulkhead.ErrTooManyKeys) {
+		t.Fatalf("Get on a full registry: %v", err)
+	}
+	a.Release()
+	checkEvents(t, rec.take(),
+		`bulkhead_full bulkhead/tenants/acme "no permit free" err=bulkhead: acme: full`,
+		`rejected bulkhead/tenants/globex "" err=bulkhead: too many keys`)
+}

@@ -2,6 +2,7 @@ package circuit_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,6 +92,24 @@ func BenchmarkPolicy(b *testing.B) {
 		for pb.Next() {
 			if _, err := watertight.Do(ctx, p, fn); err != nil {
 				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkOpenListener is a rejection by an open breaker that sends an
+// event to a listener that only counts: the event's cost is a clock read
+// and the call, with no allocation.
+func BenchmarkOpenListener(b *testing.B) {
+	var n atomic.Int64
+	br := benchBreaker(b, circuit.Config{Listener: watertight.ListenerFunc(func(watertight.Event) { n.Add(1) })})
+	br.ForceOpen()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := br.Allow(); err == nil {
+				b.Error("admitted")
 				return
 			}
 		}

@@ -105,6 +105,9 @@ type Breaker struct {
 	cfg   Config
 	slow  bool      // cfg.SlowCallDuration > 0
 	epoch time.Time // the breaker's clock: now() is time.Since(epoch)
+	// The Name and Key of the breaker's events: cfg.Name and "" from New;
+	// the registry's Name and the key for a breaker a Registry made.
+	evName, evKey string
 
 	mu          sync.Mutex
 	timer       *time.Timer
@@ -123,7 +126,7 @@ func New(cfg Config) (*Breaker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Breaker{cfg: c, slow: c.SlowCallDuration > 0, epoch: time.Now()}
+	b := &Breaker{cfg: c, slow: c.SlowCallDuration > 0, epoch: time.Now(), evName: c.Name}
 	b.win.Store(newWindow(&b.cfg, 0, 0))
 	b.state.Store(uint64(Closed))
 	return b, nil
@@ -179,8 +182,24 @@ func (b *Breaker) reject(err error) error {
 	if b.cfg.OnReject != nil {
 		b.cfg.OnReject(b.cfg.Name, err)
 	}
+	if b.cfg.Listener != nil {
+		b.emitReject(err)
+	}
 	return err
 }
+
+// emitReject sends an EventRejected. It is kept out of line so that the
+// rejection path of a breaker without a listener stays as small as it was.
+//
+//go:noinline
+func (b *Breaker) emitReject(err error) {
+	watertight.Emit(b.cfg.Listener, watertight.Event{
+		Kind: watertight.EventRejected, Source: source, Name: b.evName, Key: b.evKey, Err: err,
+	})
+}
+
+// source is the Source of the breaker's events.
+const source = "circuit"
 
 // acquireTrial takes one half-open trial slot of generation genOf(w).
 func (b *Breaker) acquireTrial(w uint64) error {
@@ -447,9 +466,17 @@ func (b *Breaker) halfOpenExpired(w uint64) {
 	b.emit(ev)
 }
 
+// emit reports a state change to OnStateChange and the Listener. It is
+// called after b.mu is released.
 func (b *Breaker) emit(ev StateChange) {
 	if b.cfg.OnStateChange != nil {
 		b.cfg.OnStateChange(ev)
+	}
+	if b.cfg.Listener != nil {
+		watertight.Emit(b.cfg.Listener, watertight.Event{
+			Kind: watertight.EventStateChange, Source: source, Name: b.evName, Key: b.evKey,
+			From: ev.From.String(), To: ev.To.String(), Reason: ev.Reason, Delay: ev.OpenFor,
+		})
 	}
 }
 

@@ -515,3 +515,197 @@ func TestSaturationTripIsLabelled(t *testing.T) {
 	}
 	b.Reset()
 }
+
+// recorder is a Listener that keeps the events it receives.
+type recorder struct {
+	mu  sync.Mutex
+	evs []watertight.Event
+}
+
+func (r *recorder) OnEvent(e watertight.Event) {
+	r.mu.Lock()
+	r.evs = append(r.evs, e)
+	r.mu.Unlock()
+}
+
+func (r *recorder) take() []watertight.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	evs := r.evs
+	r.evs = nil
+	return evs
+}
+
+// brief renders an event's kind and the fields a breaker fills.
+func brief(e watertight.Event) string {
+	s := fmt.Sprintf("%v %s/%s/%s", e.Kind, e.Source, e.Name, e.Key)
+	if e.Kind == watertight.EventStateChange {
+		s += fmt.Sprintf(" %s>%s delay=%v", e.From, e.To, e.Delay)
+	}
+	if e.Err != nil {
+		s += " err=" + e.Err.Error()
+	}
+	return s
+}
+
+func TestListenerEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		b := mustNew(t, circuit.Config{Name: "payments", WindowSize: 2, MinCalls: 2, OpenDuration: 10 * time.Second, HalfOpenCalls: 1, Listener: rec})
+		start := time.Now()
+		succeed(b, 1)
+		if evs := rec.take(); len(evs) != 0 {
+			t.Fatalf("a success emitted %v", evs)
+		}
+		fail(b, 1)
+		if _, err := b.Allow(); !errors.Is(err, circuit.ErrOpen) {
+			t.Fatalf("Allow while open: %v", err)
+		}
+		evs := rec.take()
+		want := []string{
+			"state_change circuit/payments/ closed>open delay=10s",
+			"rejected circuit/payments/ err=circuit: open",
+		}
+		if len(evs) != len(want) {
+			t.Fatalf("events %v, want %v", evs, want)
+		}
+		for i, e := range evs {
+			if got := brief(e); got != want[i] {
+				t.Errorf("event %d: %q, want %q", i, got, want[i])
+			}
+			if !e.Time.Equal(start) {
+				t.Errorf("event %d at %v, want %v", i, e.Time, start)
+			}
+		}
+		if evs[0].Reason != "failure rate 50% >= 50% over 2 calls" {
+			t.Errorf("reason %q", evs[0].Reason)
+		}
+
+		time.Sleep(10 * time.Second) // the timer turns the breaker half-open
+		synctest.Wait()
+		p, err := b.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Allow(); !errors.Is(err, circuit.ErrHalfOpen) {
+			t.Fatalf("second trial: %v", err)
+		}
+		p.Done(watertight.Success)
+		b.ForceOpen()
+		b.Reset()
+		var got []string
+		for _, e := range rec.take() {
+			got = append(got, brief(e))
+			if e.Kind == watertight.EventStateChange && e.Reason == "" {
+				t.Errorf("%v has no reason", e)
+			}
+		}
+		want = []string{
+			"state_change circuit/payments/ open>half-open delay=0s",
+			"rejected circuit/payments/ err=circuit: half-open, all trial calls in flight",
+			"state_change circuit/payments/ half-open>closed delay=0s",
+			"state_change circuit/payments/ closed>forced-open delay=0s",
+			"state_change circuit/payments/ forced-open>closed delay=0s",
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("events\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+}
+
+func TestListenerKeepsTypedHooks(t *testing.T) {
+	rec := &recorder{}
+	var changes, rejects int
+	b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, Listener: rec,
+		OnStateChange: func(circuit.StateChange) { changes++ },
+		OnReject:      func(string, error) { rejects++ }})
+	fail(b, 2)
+	b.Reset()
+	if n := len(rec.take()); changes != 2 || rejects != 1 || n != 3 {
+		t.Fatalf("OnStateChange %d, OnReject %d, events %d; want 2, 1, 3", changes, rejects, n)
+	}
+}
+
+func TestRegistryEventsCarryKey(t *testing.T) {
+	rec := &recorder{}
+	r, err := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{Name: "upstreams", WindowSize: 1, MinCalls: 1, Listener: rec}, MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := r.Get("api.example.com")
+	fail(a, 1)
+	if _, err := r.Get("cdn.example.com"); !errors.Is(err, circuit.ErrTooManyKeys) {
+		t.Fatalf("Get on a full registry: %v", err)
+	}
+	a.Reset()
+	var got []string
+	for _, e := range rec.take() {
+		got = append(got, brief(e))
+	}
+	want := []string{
+		"state_change circuit/upstreams/api.example.com closed>open delay=30s",
+		"rejected circuit/upstreams/cdn.example.com err=circuit: too many keys",
+		"state_change circuit/upstreams/api.example.com open>closed delay=0s",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("events\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if a.Name() != "api.example.com" {
+		t.Fatalf("a registry's breaker is named %q, want its key", a.Name())
+	}
+}
+
+// A listener may call back into the breaker, on every kind of event: events
+// are never sent under the breaker's lock.
+func TestEventListenerMayCallBackIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var b *circuit.Breaker
+		// Atomics: the timer's goroutine sends the half-open event.
+		var depth, states, rejects atomic.Int64
+		l := watertight.ListenerFunc(func(e watertight.Event) {
+			d := depth.Add(1)
+			defer depth.Add(-1)
+			_ = b.Snapshot()
+			switch e.Kind {
+			case watertight.EventStateChange:
+				states.Add(1)
+				if e.To == "half-open" {
+					b.ForceOpen() // a state change from within a state change
+				}
+			case watertight.EventRejected:
+				rejects.Add(1)
+				if d == 1 {
+					_, _ = b.Allow() // rejected again, from within a rejection
+				}
+			}
+		})
+		b = mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, Listener: l})
+		fail(b, 1)
+		_, _ = b.Allow()
+		time.Sleep(time.Second) // open → half-open, from the timer's goroutine
+		synctest.Wait()
+		if b.State() != circuit.ForcedOpen || states.Load() != 3 || rejects.Load() != 2 {
+			t.Fatalf("state %v, %d state changes, %d rejections; want forced-open, 3, 2", b.State(), states.Load(), rejects.Load())
+		}
+		b.Reset()
+	})
+}
+
+// With a listener that does not allocate, neither does a rejection nor a
+// closed breaker's call.
+func TestListenerAllocs(t *testing.T) {
+	var n atomic.Int64
+	l := watertight.ListenerFunc(func(watertight.Event) { n.Add(1) })
+	b := mustNew(t, circuit.Config{Listener: l})
+	if a := testing.AllocsPerRun(100, func() { succeed(b, 1) }); a != 0 {
+		t.Errorf("closed breaker with a listener: %v allocs per call", a)
+	}
+	b.ForceOpen()
+	if a := testing.AllocsPerRun(100, func() { _, _ = b.Allow() }); a != 0 {
+		t.Errorf("rejection with a listener: %v allocs per call", a)
+	}
+	if n.Load() < 100 {
+		t.Fatalf("listener saw %d events", n.Load())
+	}
+	b.Reset()
+}

@@ -136,6 +136,23 @@ type Config struct {
 	// caller's goroutine. It runs on the hot path of an open breaker: keep
 	// it cheap (increment a counter).
 	OnReject func(name string, err error)
+	// Listener, if not nil, receives the breaker's events, with Source
+	// "circuit", Name this Name (in a Registry: the registry's Name, and
+	// Key the breaker's key):
+	//
+	//   - EventStateChange after every state change, with From and To the
+	//     states' names (State.String: "closed", "open", "half-open",
+	//     "forced-open", "disabled", "metrics-only"), Reason, and Delay the
+	//     open duration when To is "open";
+	//   - EventRejected for every rejected call, with Err ErrOpen or
+	//     ErrHalfOpen (and ErrTooManyKeys from a full Registry).
+	//
+	// It is called as OnStateChange and OnReject are, after them: in the
+	// goroutine that caused the event, after the breaker's lock is
+	// released. Rejections come on the hot path of an open breaker, so it
+	// should return quickly (see watertight.Listener). If nil, no events
+	// are built.
+	Listener watertight.Listener
 	// Rand, if not nil, returns numbers in [0, 1) for the open-duration
 	// jitter, for reproducible simulations. If nil, math/rand/v2 is used.
 	Rand func() float64

@@ -45,7 +45,14 @@
 // A Breaker is a watertight.Policy, to place in a Pipeline; Call wraps one
 // function; Allow and Permit.Done are the two-step form for middleware. A
 // Registry gives one breaker per key (dependency, host, endpoint) from one
-// Config. State changes and rejections are reported to Config.OnStateChange and
-// Config.OnReject after the breaker's lock is released, so a listener may call
-// back into the breaker.
+// Config.
+//
+// # Events
+//
+// State changes and rejections are reported to Config.Listener as
+// watertight.Events (EventStateChange, EventRejected; see Config.Listener for
+// the fields), and to the typed hooks Config.OnStateChange and Config.OnReject.
+// All are called after the breaker's lock is released, in the goroutine that
+// caused the event, so a listener may call back into the breaker. Without a
+// listener no event is built: the fast paths cost what they did.
 package circuit

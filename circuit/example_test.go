@@ -66,3 +66,25 @@ func ExampleRegistry() {
 	fmt.Println(a == again, a == other, r.Len())
 	// Output: true false 2
 }
+
+// Config.Listener receives the breaker's events in the shape every package
+// shares (watertight.Event); a log or metrics adapter takes them all.
+func ExampleConfig_listener() {
+	b, _ := circuit.New(circuit.Config{
+		Name: "ratings", WindowSize: 2, MinCalls: 2,
+		Listener: watertight.ListenerFunc(func(e watertight.Event) {
+			switch e.Kind {
+			case watertight.EventStateChange:
+				fmt.Printf("%s %s: %s -> %s for %v (%s)\n", e.Source, e.Name, e.From, e.To, e.Delay, e.Reason)
+			case watertight.EventRejected:
+				fmt.Printf("%s %s: rejected: %v\n", e.Source, e.Name, e.Err)
+			}
+		}),
+	})
+	for range 3 {
+		_, _ = circuit.Call(context.Background(), b, func(context.Context) (int, error) { return 0, errors.New("down") })
+	}
+	// Output:
+	// circuit ratings: closed -> open for 30s (failure rate 100% >= 50% over 2 calls)
+	// circuit ratings: rejected: circuit: open
+}

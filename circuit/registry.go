@@ -18,7 +18,9 @@ const DefaultMaxKeys = 1000
 // RegistryConfig configures a Registry.
 type RegistryConfig struct {
 	// Config is used for every key's breaker; its Name is replaced by the
-	// key.
+	// key (Breaker.Name, Snapshot.Name and OnStateChange see the key). The
+	// events sent to Config.Listener carry the registry's Name (this
+	// Config.Name, which may be empty) as Name and the breaker's key as Key.
 	Config
 	// MaxKeys bounds the number of breakers held. Zero means
 	// DefaultMaxKeys (1000); negative means unbounded (only for a key set
@@ -48,7 +50,12 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	r.m = keyed.New(max, func(key string) (*Breaker, error) {
 		c := r.cfg
 		c.Name = key
-		return New(c)
+		b, err := New(c)
+		if err != nil {
+			return nil, err
+		}
+		b.evName, b.evKey = r.cfg.Name, key // before b is published
+		return b, nil
 	}, func(b *Breaker) bool { return b.State() == Closed })
 	return r, nil
 }
@@ -60,8 +67,16 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 // afresh. If every breaker is in another state, Get returns ErrTooManyKeys.
 // Size MaxKeys above the number of keys you expect, so that eviction is the
 // exception that protects memory, not a routine.
+//
+// A refusal is sent to Config.Listener as an EventRejected with the key.
 func (r *Registry) Get(key string) (*Breaker, error) {
-	return r.m.Get(key, ErrTooManyKeys)
+	b, err := r.m.Get(key, ErrTooManyKeys)
+	if err != nil && r.cfg.Listener != nil {
+		watertight.Emit(r.cfg.Listener, watertight.Event{
+			Kind: watertight.EventRejected, Source: source, Name: r.cfg.Name, Key: key, Err: err,
+		})
+	}
+	return b, err
 }
 
 // Len returns the number of breakers held.

@@ -48,4 +48,12 @@
 // bulkhead → attempt timeout → call), so that each attempt passes them, an
 // open breaker or full bulkhead ends the retries, and each attempt has its own
 // timeout. Do runs a function under the policy alone.
+//
+// # Events
+//
+// Config.Listener receives each decision as a watertight.Event with Source
+// "retry": EventRetryScheduled, EventRetryExhausted and EventRetrySkipped,
+// in the caller's goroutine. Config.OnEvent receives the same decisions as
+// this package's typed Event, whose Reason is an error to compare with
+// errors.Is. Without either, nothing is built.
 package retry

@@ -54,6 +54,15 @@ type Config struct {
 	// retry scheduled, every call that exhausted its attempts and every
 	// retry skipped, with no lock held. It should return quickly.
 	OnEvent func(Event)
+	// Listener, if not nil, receives the same decisions as OnEvent, after
+	// it, as watertight.Events with Source "retry" and Name this Name:
+	// EventRetryScheduled (Attempt the attempts made so far, Delay the wait
+	// before the next, Err the failed attempt's error), EventRetryExhausted
+	// (Attempt, Err) and EventRetrySkipped (Attempt, Err, and Reason: "not
+	// idempotent", "not enough time left before the deadline" or "retry
+	// budget exhausted"). It is called in the caller's goroutine, with no
+	// lock held (see watertight.Listener). If nil, no events are built.
+	Listener watertight.Listener
 }
 
 // EventKind says what an Event reports.
@@ -203,6 +212,11 @@ func (p *Policy) Again(ctx context.Context, t watertight.Ticket, err error) (wat
 	if p.cfg.OnEvent != nil {
 		p.cfg.OnEvent(Event{Name: p.cfg.Name, Kind: Scheduled, Attempt: n, Delay: wait, Err: err})
 	}
+	if p.cfg.Listener != nil {
+		watertight.Emit(p.cfg.Listener, watertight.Event{
+			Kind: watertight.EventRetryScheduled, Source: source, Name: p.cfg.Name, Attempt: n, Delay: wait, Err: err,
+		})
+	}
 	t.Seq = uint64(n + 1)
 	t.Start = int64(wait)
 	return t, wait, true
@@ -220,14 +234,36 @@ func (p *Policy) retryable(err error) bool {
 }
 
 func (p *Policy) emitStop(reason uint64, n int, err error) {
-	if p.cfg.OnEvent == nil {
-		return
+	if p.cfg.OnEvent != nil {
+		ev := Event{Name: p.cfg.Name, Kind: Skipped, Attempt: n, Err: err, Reason: reasonErr(reason)}
+		if reason == stopExhausted {
+			ev.Kind, ev.Reason = Exhausted, nil
+		}
+		p.cfg.OnEvent(ev)
 	}
-	ev := Event{Name: p.cfg.Name, Kind: Skipped, Attempt: n, Err: err, Reason: reasonErr(reason)}
-	if reason == stopExhausted {
-		ev.Kind, ev.Reason = Exhausted, nil
+	if p.cfg.Listener != nil {
+		e := watertight.Event{Kind: watertight.EventRetrySkipped, Source: source, Name: p.cfg.Name, Attempt: n, Err: err, Reason: reasonWords(reason)}
+		if reason == stopExhausted {
+			e.Kind = watertight.EventRetryExhausted
+		}
+		watertight.Emit(p.cfg.Listener, e)
 	}
-	p.cfg.OnEvent(ev)
+}
+
+// source is the Source of the package's events.
+const source = "retry"
+
+// reasonWords is the Reason of an EventRetrySkipped.
+func reasonWords(reason uint64) string {
+	switch reason {
+	case stopNotIdempotent:
+		return "not idempotent"
+	case stopNoTime:
+		return "not enough time left before the deadline"
+	case stopNoBudget:
+		return "retry budget exhausted"
+	}
+	return ""
 }
 
 func reasonErr(reason uint64) error {

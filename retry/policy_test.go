@@ -347,3 +347,120 @@ func TestCustomRetryableNeverRetriesCancellation(t *testing.T) {
 		t.Fatalf("%d calls, err %v", calls, err)
 	}
 }
+
+// recorder is a Listener that keeps the events it receives, one line each.
+type recorder struct {
+	mu  sync.Mutex
+	evs []string
+	at  []time.Time
+}
+
+func (r *recorder) OnEvent(e watertight.Event) {
+	s := fmt.Sprintf("%v %s/%s/%s #%d +%v %q", e.Kind, e.Source, e.Name, e.Key, e.Attempt, e.Delay, e.Reason)
+	if e.Err != nil {
+		s += " err=" + e.Err.Error()
+	}
+	r.mu.Lock()
+	r.evs = append(r.evs, s)
+	r.at = append(r.at, e.Time)
+	r.mu.Unlock()
+}
+
+func (r *recorder) take() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := strings.Join(r.evs, "\n")
+	r.evs, r.at = nil, nil
+	return s
+}
+
+func TestListenerEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		var typed int
+		bud, _ := budget.New(budget.Config{MinPerSecond: -1}) // an empty balance, no floor: refuses
+		p := mustPolicy(t, retry.Config{Name: "inventory", Backoff: constant(t, 100*time.Millisecond), Listener: rec,
+			OnEvent: func(retry.Event) { typed++ }})
+		ctx := retry.Idempotent(context.Background())
+		start := time.Now()
+		calls := 0
+		_, _ = retry.Do(ctx, p, failing(&calls, errRefused))
+		rec.mu.Lock()
+		if len(rec.at) != 3 || !rec.at[0].Equal(start) || !rec.at[1].Equal(start.Add(100*time.Millisecond)) {
+			t.Errorf("event times %v, want at the decisions (start %v)", rec.at, start)
+		}
+		rec.mu.Unlock()
+		want := strings.Join([]string{
+			`retry_scheduled retry/inventory/ #1 +100ms "" err=dial: connection refused`,
+			`retry_scheduled retry/inventory/ #2 +100ms "" err=dial: connection refused`,
+			`retry_exhausted retry/inventory/ #3 +0s "" err=dial: connection refused`,
+		}, "\n")
+		if got := rec.take(); got != want {
+			t.Fatalf("events:\n%s\nwant:\n%s", got, want)
+		}
+
+		_, _ = retry.Do(context.Background(), p, failing(&calls, errRefused)) // not marked idempotent
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		_, _ = retry.Do(short, p, failing(&calls, errRefused)) // no time for a 100ms wait
+		cancel()
+		broke := mustPolicy(t, retry.Config{Name: "inventory", Idempotent: true, Budget: bud, Listener: rec})
+		_, _ = retry.Do(context.Background(), broke, failing(&calls, errRefused))
+		want = strings.Join([]string{
+			`retry_skipped retry/inventory/ #1 +0s "not idempotent" err=dial: connection refused`,
+			`retry_skipped retry/inventory/ #1 +0s "not enough time left before the deadline" err=dial: connection refused`,
+			`retry_skipped retry/inventory/ #1 +0s "retry budget exhausted" err=dial: connection refused`,
+		}, "\n")
+		if got := rec.take(); got != want {
+			t.Fatalf("events:\n%s\nwant:\n%s", got, want)
+		}
+		if typed != 5 {
+			t.Fatalf("OnEvent called %d times, want 5 alongside the Listener", typed)
+		}
+	})
+}
+
+// A listener may call back into the policy and its budget.
+func TestListenerMayCallBackIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bud, _ := budget.New(budget.Config{})
+		var p *retry.Policy
+		var depth, n int
+		l := watertight.ListenerFunc(func(e watertight.Event) {
+			depth++
+			defer func() { depth-- }()
+			n++
+			_ = bud.Snapshot()
+			if depth == 1 {
+				calls := 0
+				_, _ = retry.Do(context.Background(), p, failing(&calls, errRefused)) // a nested call with its own events
+			}
+		})
+		p = mustPolicy(t, retry.Config{Idempotent: true, MaxAttempts: 2, Backoff: constant(t, time.Millisecond), Budget: bud, Listener: l})
+		calls := 0
+		if _, err := retry.Do(context.Background(), p, failing(&calls, errRefused)); !errors.Is(err, retry.ErrExhausted) {
+			t.Fatalf("Do: %v", err)
+		}
+		// Outer: scheduled, exhausted; each runs a nested call that sends
+		// scheduled and exhausted.
+		if n != 6 {
+			t.Fatalf("%d events, want 6", n)
+		}
+	})
+}
+
+func TestListenerAllocs(t *testing.T) {
+	var n int
+	p := mustPolicy(t, retry.Config{MaxAttempts: 2, Idempotent: true, Backoff: constant(t, time.Nanosecond), Listener: watertight.ListenerFunc(func(watertight.Event) { n++ })})
+	ctx := context.Background()
+	fn := func(context.Context) (int, error) { return 0, errRefused }
+	// The ExhaustedError is the call's own allocation; the events add none.
+	plain := mustPolicy(t, retry.Config{MaxAttempts: 2, Idempotent: true, Backoff: constant(t, time.Nanosecond)})
+	without := testing.AllocsPerRun(100, func() { _, _ = retry.Do(ctx, plain, fn) })
+	with := testing.AllocsPerRun(100, func() { _, _ = retry.Do(ctx, p, fn) })
+	if with != without {
+		t.Fatalf("a failing call allocates %v times with a listener, %v without", with, without)
+	}
+	if n < 200 {
+		t.Fatalf("%d events", n)
+	}
+}

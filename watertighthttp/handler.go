@@ -89,7 +89,21 @@ type HandlerConfig struct {
 	// Logger receives the Handler's warnings (the first unknown
 	// HeaderCriticality value it sees). If nil, slog.Default().
 	Logger *slog.Logger
+	// Name labels the Handler's events. It may be empty.
+	Name string
+	// Listener, if not nil, receives an EventShed for every request the
+	// Handler sheds or rejects, with Source "http", Name this Name, Key the
+	// request's route (see Route; for the routes that found the table full,
+	// OtherRoutes), Reason the line the response's body says, and Err the
+	// reason OnShed gets. It is called after OnShed, in the request's
+	// goroutine, after the response has been written, never under a lock.
+	// Requests are shed in bursts under overload: it should return quickly
+	// (see watertight.Listener). If nil, no events are built.
+	Listener watertight.Listener
 }
+
+// eventSource is the Source of the package's events.
+const eventSource = "http"
 
 // Handler returns next wrapped in watertight's server-side guards, outermost
 // first:
@@ -157,6 +171,8 @@ func Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
 		route:    cfg.Route,
 		onShed:   cfg.OnShed,
 		logger:   cfg.Logger,
+		name:     cfg.Name,
+		listener: cfg.Listener,
 	}
 	if h.logger == nil {
 		h.logger = slog.Default()
@@ -233,6 +249,8 @@ type handler struct {
 	routes   *routeTable                // nil: no admission limit
 	onShed   func(*http.Request, error)
 	logger   *slog.Logger
+	name     string
+	listener watertight.Listener
 	badCrit  atomic.Bool // an unknown criticality was logged
 }
 
@@ -255,7 +273,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(ctx)
 
 	if err := h.deadline.Check(ctx); err != nil {
-		h.shed(w, r, err, "the request's deadline is too short to start it: "+err.Error(), false)
+		h.shed(w, r, "", err, "the request's deadline is too short to start it: "+err.Error(), false)
 		return
 	}
 
@@ -273,7 +291,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 		// The request may have waited: shed it if what is left is too short.
 		if err := h.deadline.Check(ctx); err != nil {
-			h.shed(w, r, err, "the request's deadline became too short to start it while it waited in the queue of route "+shedLine(a.name)+": "+err.Error(), false)
+			h.shed(w, r, a.name, err, "the request's deadline became too short to start it while it waited in the queue of route "+shedLine(a.name)+": "+err.Error(), false)
 			return
 		}
 	}
@@ -285,16 +303,18 @@ func (h *handler) shedAdmission(w http.ResponseWriter, r *http.Request, a *admis
 	route := shedLine(a.name)
 	switch {
 	case errors.Is(err, ErrDisplaced):
-		h.shed(w, r, err, fmt.Sprintf("route %s is at its limit and the request was displaced from its queue by one of higher criticality", route), true)
+		h.shed(w, r, a.name, err, fmt.Sprintf("route %s is at its limit and the request was displaced from its queue by one of higher criticality", route), true)
 	case errors.Is(err, ErrQueueGaveUp):
-		h.shed(w, r, err, fmt.Sprintf("the request ended while it waited in the queue of route %s: %v", route, context.Cause(r.Context())), false)
+		h.shed(w, r, a.name, err, fmt.Sprintf("the request ended while it waited in the queue of route %s: %v", route, context.Cause(r.Context())), false)
 	default:
-		h.shed(w, r, err, fmt.Sprintf("route %s is at its limit of %s in flight and %d queued", route, plural(int(a.max), "request"), a.maxQueue), true)
+		h.shed(w, r, a.name, err, fmt.Sprintf("route %s is at its limit of %s in flight and %d queued", route, plural(int(a.max), "request"), a.maxQueue), true)
 	}
 }
 
-// shed writes the 503 answer and calls OnShed.
-func (h *handler) shed(w http.ResponseWriter, r *http.Request, reason error, msg string, retryAfter bool) {
+// shed writes the 503 answer and calls OnShed and the Listener. route is the
+// request's route name, or "" when the request was shed before its route
+// was looked up.
+func (h *handler) shed(w http.ResponseWriter, r *http.Request, route string, reason error, msg string, retryAfter bool) {
 	hd := w.Header()
 	hd.Set("Content-Type", "text/plain; charset=utf-8")
 	hd.Set("X-Content-Type-Options", "nosniff")
@@ -308,6 +328,22 @@ func (h *handler) shed(w http.ResponseWriter, r *http.Request, reason error, msg
 	if h.onShed != nil {
 		h.onShed(r, reason)
 	}
+	if h.listener != nil {
+		if route == "" {
+			route = h.routeName(r)
+		}
+		watertight.Emit(h.listener, watertight.Event{
+			Kind: watertight.EventShed, Source: eventSource, Name: h.name, Key: route, Reason: msg, Err: reason,
+		})
+	}
+}
+
+// routeName returns the name of r's route (see HandlerConfig.Route).
+func (h *handler) routeName(r *http.Request) string {
+	if h.route != nil {
+		return h.route(r)
+	}
+	return defaultRoute(r)
 }
 
 // shedLine makes s safe for a one-line plain-text body: control characters

@@ -1006,3 +1006,136 @@ func ExampleHandler() {
 	// 200 X-Overloaded="" served; deadline on the context: true
 	// 503 X-Overloaded="true" watertight: shed: the request's deadline is too short ...
 }
+
+// ---- events -------------------------------------------------------------------
+
+// hEvents is a Listener that keeps the events it receives.
+type hEvents struct {
+	mu  sync.Mutex
+	evs []watertight.Event
+}
+
+func (l *hEvents) OnEvent(e watertight.Event) {
+	l.mu.Lock()
+	l.evs = append(l.evs, e)
+	l.mu.Unlock()
+}
+
+func (l *hEvents) take() []watertight.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	evs := l.evs
+	l.evs = nil
+	return evs
+}
+
+// hServe runs one request through h and returns the recorded response.
+func hServe(h http.Handler, method, target string, hdr map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, target, nil)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+func TestHandlerShedEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		evs := &hEvents{}
+		var shed atomic.Int64
+		b := hNewBlocker()
+		h, err := Handler(b, HandlerConfig{Name: "front", MaxConcurrent: 1, MaxQueue: -1, Listener: evs,
+			Deadline: hPropagator(t, deadline.Config{MinRemaining: time.Second, Logger: hQuietLogger()}),
+			OnShed:   func(*http.Request, error) { shed.Add(1) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			hServe(h, http.MethodGet, "/items?id=1", nil)
+		}()
+		<-b.started
+		start := time.Now()
+		if w := hServe(h, http.MethodGet, "/items?id=2", nil); w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("full route: status %d", w.Code)
+		}
+		if w := hServe(h, http.MethodGet, "/other", map[string]string{HeaderTimeout: "50"}); w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("short deadline: status %d", w.Code)
+		}
+		close(b.release)
+		<-done
+		got := evs.take()
+		if len(got) != 2 || shed.Load() != 2 {
+			t.Fatalf("events %+v and %d OnShed calls, want 2 of each", got, shed.Load())
+		}
+		for i, want := range []struct {
+			key, reason string
+			err         error
+		}{
+			{"GET /items", "route GET /items is at its limit of 1 request in flight and 0 queued", ErrRouteFull},
+			{"GET /other", "the request's deadline is too short to start it", deadline.ErrTooShort},
+		} {
+			e := got[i]
+			if e.Kind != watertight.EventShed || e.Source != "http" || e.Name != "front" || e.Key != want.key ||
+				!strings.HasPrefix(e.Reason, want.reason) || !errors.Is(e.Err, want.err) || !e.Time.Equal(start) {
+				t.Errorf("event %d: %+v; want key %q, reason %q..., error %v", i, e, want.key, want.reason, want.err)
+			}
+		}
+	})
+}
+
+// The route a HandlerConfig.Route names is the event's Key, and a request
+// shed before its route was looked up gets it too.
+func TestHandlerShedEventRouteFunc(t *testing.T) {
+	evs := &hEvents{}
+	h, err := Handler(http.NotFoundHandler(), HandlerConfig{Listener: evs,
+		Route:    func(r *http.Request) string { return "tenant-" + r.Header.Get("Tenant") },
+		Deadline: hPropagator(t, deadline.Config{MinRemaining: time.Second, Logger: hQuietLogger()})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hServe(h, http.MethodGet, "/", map[string]string{HeaderTimeout: "1", "Tenant": "acme"})
+	if got := evs.take(); len(got) != 1 || got[0].Key != "tenant-acme" {
+		t.Fatalf("events %+v, want one keyed tenant-acme", got)
+	}
+}
+
+// A listener may call back into the Handler: shedding is reported with no
+// admission lock held, so a request served from the listener (shed in turn)
+// does not deadlock.
+func TestHandlerListenerMayCallBackIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h http.Handler
+		var depth, n atomic.Int64
+		l := watertight.ListenerFunc(func(e watertight.Event) {
+			d := depth.Add(1)
+			defer depth.Add(-1)
+			n.Add(1)
+			if d == 1 {
+				if w := hServe(h, http.MethodGet, "/items?id=nested", nil); w.Code != http.StatusServiceUnavailable {
+					t.Errorf("nested request: status %d", w.Code)
+				}
+			}
+		})
+		b := hNewBlocker()
+		var err error
+		h, err = Handler(b, HandlerConfig{MaxConcurrent: 1, MaxQueue: 1, Listener: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { hServe(h, http.MethodGet, "/items?id=1", nil); done <- struct{}{} }()
+		<-b.started
+		go func() { hServe(h, http.MethodGet, "/items?id=2", nil); done <- struct{}{} }() // queued
+		synctest.Wait()
+		hServe(h, http.MethodGet, "/items?id=3", nil) // shed: full; the listener's request is shed too
+		close(b.release)
+		<-done
+		<-done
+		if n.Load() != 2 {
+			t.Fatalf("%d events, want 2", n.Load())
+		}
+	})
+}

@@ -58,6 +58,23 @@ type TransportConfig struct {
 	// minus a margin, on every attempt. If nil,
 	// deadline.New(deadline.DefaultConfig()).
 	Deadline *deadline.Propagator
+	// Name labels the Transport's own events. It may be empty.
+	Name string
+	// Listener, if not nil, receives the events of the Transport's retry
+	// policy (Source "retry", Name Retry.Name: EventRetryScheduled,
+	// EventRetryExhausted, EventRetrySkipped), each with Key set to the
+	// request's key (Config.Key), and the Transport's own: an
+	// EventRetrySkipped with Source "http", Name this Name and the Reason
+	// "request body cannot be replayed" for a request that would have been
+	// retried but whose body cannot be sent again. Retry.Listener, if set,
+	// receives the same events. The events of the breakers and bulkheads go
+	// to the listeners of their registries' configs. Events are sent in
+	// the goroutine of RoundTrip, with no lock held (see
+	// watertight.Listener). If both are nil, no events are built, and the
+	// Transport keeps one set of pipelines for every key when it has no
+	// registries; with a listener, it keeps pipelines (and retry policies)
+	// per key, so that the events can carry the key.
+	Listener watertight.Listener
 }
 
 // Transport is an http.RoundTripper that sends requests through a retry
@@ -110,7 +127,9 @@ type Transport struct {
 	retryable          func(error) bool
 	retries            bool // MaxAttempts != 1
 	onEvent            func(retry.Event)
-	name               string
+	listener           watertight.Listener // Listener and Retry.Listener; nil if neither
+	rc                 retry.Config        // for the per-key policies when listener is set
+	name               string              // Config.Name
 
 	shared *pipes   // no registries: one set of pipelines for every key
 	cache  sync.Map // key string → *pipes
@@ -125,6 +144,7 @@ const maxCached = 4096
 // that is not idempotent, and sent once for an idempotent request whose
 // body cannot be replayed.
 type pipes struct {
+	key                string // "" for the shared pipelines
 	breaker            *circuit.Breaker
 	bulk               *bulkhead.Bulkhead
 	idem, once, single *watertight.Pipeline
@@ -141,7 +161,8 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		dl:        cfg.Deadline,
 		retries:   cfg.Retry.MaxAttempts != 1,
 		onEvent:   cfg.Retry.OnEvent,
-		name:      cfg.Retry.Name,
+		listener:  watertight.Listeners(cfg.Listener, cfg.Retry.Listener),
+		name:      cfg.Name,
 		retryable: cfg.Retry.Retryable,
 	}
 	if t.base == nil {
@@ -161,25 +182,47 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		t.dl = p
 	}
 	t.dlHeader = t.dl.Config().Header
-	rc := cfg.Retry
-	rc.OnEvent = t.event
+	t.rc = cfg.Retry
+	t.rc.OnEvent = t.event
+	t.rc.Listener = t.listener
 	var err error
-	rc.Idempotent = true
-	if t.idem, err = retry.New(rc); err != nil {
+	if t.idem, t.once, t.single, err = retryPolicies(t.rc); err != nil {
 		return nil, fmt.Errorf("watertighthttp: TransportConfig.Retry: %w", err)
 	}
-	rc.Idempotent = false
-	if t.once, err = retry.New(rc); err != nil {
-		return nil, fmt.Errorf("watertighthttp: TransportConfig.Retry: %w", err)
-	}
-	rc.MaxAttempts = 1
-	if t.single, err = retry.New(rc); err != nil {
-		return nil, fmt.Errorf("watertighthttp: TransportConfig.Retry: %w", err)
-	}
-	if t.breakers == nil && t.bulkheads == nil {
-		t.shared = t.build(nil, nil)
+	if t.breakers == nil && t.bulkheads == nil && t.listener == nil {
+		t.shared = t.build("", nil, nil)
 	}
 	return t, nil
+}
+
+// retryPolicies builds the three retry policies of a Transport from rc: for
+// idempotent requests, for the others, and for idempotent requests whose
+// body cannot be replayed (sent once).
+func retryPolicies(rc retry.Config) (idem, once, single *retry.Policy, err error) {
+	rc.Idempotent = true
+	if idem, err = retry.New(rc); err != nil {
+		return
+	}
+	rc.Idempotent = false
+	if once, err = retry.New(rc); err != nil {
+		return
+	}
+	rc.MaxAttempts = 1
+	single, err = retry.New(rc)
+	return
+}
+
+// keyedListener sets the Key of the events it passes on.
+type keyedListener struct {
+	key  string
+	next watertight.Listener
+}
+
+func (k *keyedListener) OnEvent(e watertight.Event) {
+	if e.Key == "" {
+		e.Key = k.key
+	}
+	k.next.OnEvent(e)
 }
 
 // event passes the retry policy's events on to Retry.OnEvent, after
@@ -197,8 +240,18 @@ func (t *Transport) event(ev retry.Event) {
 	}
 }
 
-func (t *Transport) build(b *circuit.Breaker, h *bulkhead.Bulkhead) *pipes {
-	p := &pipes{breaker: b, bulk: h}
+func (t *Transport) build(key string, b *circuit.Breaker, h *bulkhead.Bulkhead) *pipes {
+	p := &pipes{key: key, breaker: b, bulk: h}
+	idem, once, single := t.idem, t.once, t.single
+	if t.listener != nil {
+		// Policies of the key's own, whose events carry the key. The
+		// config was validated by NewTransport, so this cannot fail.
+		rc := t.rc
+		rc.Listener = &keyedListener{key: key, next: t.listener}
+		if i, o, s, err := retryPolicies(rc); err == nil {
+			idem, once, single = i, o, s
+		}
+	}
 	mk := func(r *retry.Policy) *watertight.Pipeline {
 		pols := []watertight.Policy{r}
 		if b != nil {
@@ -209,7 +262,7 @@ func (t *Transport) build(b *circuit.Breaker, h *bulkhead.Bulkhead) *pipes {
 		}
 		return watertight.New(pols...)
 	}
-	p.idem, p.once, p.single = mk(t.idem), mk(t.once), mk(t.single)
+	p.idem, p.once, p.single = mk(idem), mk(once), mk(single)
 	return p
 }
 
@@ -238,7 +291,7 @@ func (t *Transport) pipes(req *http.Request) (*pipes, error) {
 			return p, nil
 		}
 	}
-	p := t.build(b, h)
+	p := t.build(key, b, h)
 	if t.cached.Add(1) > maxCached {
 		t.cache.Clear()
 		t.cached.Store(1)
@@ -290,7 +343,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if pipe == p.single && t.retries && ctx.Err() == nil && t.wouldRetry(err) {
 		skipped := &retry.SkippedError{Attempts: a.n, Reason: ErrBodyNotReplayable, Err: err}
 		if t.onEvent != nil {
-			t.onEvent(retry.Event{Name: t.name, Kind: retry.Skipped, Attempt: a.n, Err: err, Reason: ErrBodyNotReplayable})
+			t.onEvent(retry.Event{Name: t.rc.Name, Kind: retry.Skipped, Attempt: a.n, Err: err, Reason: ErrBodyNotReplayable})
+		}
+		if t.listener != nil {
+			watertight.Emit(t.listener, watertight.Event{
+				Kind: watertight.EventRetrySkipped, Source: eventSource, Name: t.name, Key: p.key,
+				Attempt: a.n, Reason: "request body cannot be replayed", Err: err,
+			})
 		}
 		err = skipped
 	}

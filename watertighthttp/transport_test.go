@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/watertight-go/watertight"
@@ -972,4 +973,161 @@ func TestExhaustedWithRetryAfterReturnsTheResponse(t *testing.T) {
 	if n := len(rec.seen()); n != 2 {
 		t.Fatalf("server saw %d requests, want 2", n)
 	}
+}
+
+// roundTripFunc is a fake inner transport: no sockets, so tests can run in
+// a synctest bubble.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// unavailable answers every request with 503.
+func unavailable(r *http.Request) (*http.Response, error) {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
+	return &http.Response{StatusCode: http.StatusServiceUnavailable, Status: "503 Service Unavailable",
+		Header: http.Header{}, Body: io.NopCloser(strings.NewReader("down")), Request: r}, nil
+}
+
+// eventLog is a Listener that keeps the events it receives, one line each.
+type eventLog struct {
+	mu  sync.Mutex
+	evs []string
+}
+
+func (l *eventLog) OnEvent(e watertight.Event) {
+	s := fmt.Sprintf("%v %s/%s/%s #%d +%v %q", e.Kind, e.Source, e.Name, e.Key, e.Attempt, e.Delay, e.Reason)
+	if e.Err != nil {
+		s += " err=" + e.Err.Error()
+	}
+	l.mu.Lock()
+	l.evs = append(l.evs, s)
+	l.mu.Unlock()
+}
+
+func (l *eventLog) take() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := strings.Join(l.evs, "\n")
+	l.evs = nil
+	return s
+}
+
+func TestTransportEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		evs, retryEvs := &eventLog{}, &eventLog{}
+		wait, _ := backoff.New(backoff.Config{Jitter: backoff.None, Base: time.Millisecond, Cap: time.Millisecond})
+		tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{
+			Base: roundTripFunc(unavailable), Name: "edge", Listener: evs,
+			Retry: retry.Config{Name: "upstream", Backoff: wait, Listener: retryEvs},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &http.Client{Transport: tr}
+		for _, host := range []string{"a.example", "b.example"} {
+			resp, err := c.Get("http://" + host + "/x")
+			if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("GET %s: %v %v", host, resp, err)
+			}
+			resp.Body.Close()
+		}
+		// A PUT whose body cannot be replayed is sent once.
+		req, _ := http.NewRequest(http.MethodPut, "http://a.example/x", io.NopCloser(strings.NewReader("x")))
+		resp, err := c.Do(req)
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("PUT: %v %v", resp, err)
+		}
+		resp.Body.Close()
+		const e503 = "err=watertighthttp: HTTP 503 Service Unavailable"
+		want := strings.Join([]string{
+			`retry_scheduled retry/upstream/a.example #1 +1ms "" ` + e503,
+			`retry_scheduled retry/upstream/a.example #2 +1ms "" ` + e503,
+			`retry_exhausted retry/upstream/a.example #3 +0s "" ` + e503,
+			`retry_scheduled retry/upstream/b.example #1 +1ms "" ` + e503,
+			`retry_scheduled retry/upstream/b.example #2 +1ms "" ` + e503,
+			`retry_exhausted retry/upstream/b.example #3 +0s "" ` + e503,
+			`retry_skipped http/edge/a.example #1 +0s "request body cannot be replayed" ` + e503,
+		}, "\n")
+		if got := evs.take(); got != want {
+			t.Fatalf("Listener's events:\n%s\nwant:\n%s", got, want)
+		}
+		if got := retryEvs.take(); got != want {
+			t.Fatalf("Retry.Listener's events:\n%s\nwant:\n%s", got, want)
+		}
+	})
+}
+
+// Through a Transport the registries' listeners get the key: the breaker's
+// events come from its registry, not from the Transport.
+func TestTransportRegistryEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		evs := &eventLog{}
+		breakers, err := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{
+			Name: "hosts", WindowSize: 2, MinCalls: 2, Listener: evs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{
+			Base: roundTripFunc(unavailable), Breakers: breakers, Retry: retry.Config{MaxAttempts: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &http.Client{Transport: tr}
+		for range 3 {
+			if resp, err := c.Get("http://a.example/"); err == nil {
+				resp.Body.Close()
+			}
+		}
+		want := strings.Join([]string{
+			`state_change circuit/hosts/a.example #0 +30s "failure rate 100% >= 50% over 2 calls"`,
+			`rejected circuit/hosts/a.example #0 +0s "" err=circuit: open`,
+		}, "\n")
+		if got := evs.take(); got != want {
+			t.Fatalf("events:\n%s\nwant:\n%s", got, want)
+		}
+		b, _ := breakers.Get("a.example")
+		b.Reset()
+	})
+}
+
+// A listener may call back into the Transport (here: another request) and
+// its registries while it handles an event.
+func TestTransportListenerMayCallBackIn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		breakers, _ := circuit.NewRegistry(circuit.RegistryConfig{})
+		var tr *watertighthttp.Transport
+		var depth, n atomic.Int64
+		l := watertight.ListenerFunc(func(e watertight.Event) {
+			d := depth.Add(1)
+			defer depth.Add(-1)
+			n.Add(1)
+			_ = breakers.Snapshots()
+			if d == 1 {
+				req, _ := http.NewRequest(http.MethodGet, "http://b.example/", nil)
+				if resp, err := tr.RoundTrip(req); err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+		wait, _ := backoff.New(backoff.Config{Jitter: backoff.None, Base: time.Millisecond, Cap: time.Millisecond})
+		var err error
+		tr, err = watertighthttp.NewTransport(watertighthttp.TransportConfig{
+			Base: roundTripFunc(unavailable), Breakers: breakers, Listener: l, Retry: retry.Config{MaxAttempts: 2, Backoff: wait}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest(http.MethodGet, "http://a.example/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		// Outer: scheduled, exhausted; each nested request: scheduled, exhausted.
+		if n.Load() != 6 {
+			t.Fatalf("%d events, want 6", n.Load())
+		}
+	})
 }
