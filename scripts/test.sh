@@ -2,9 +2,96 @@
 # Runs every module's tests with -race, then each fuzz target for a few
 # seconds. This is the README's test command; .ci/run calls it.
 #   FUZZTIME=5s bash scripts/test.sh
+#
+# The Redis store's tests (contrib/redis) need a real Redis: give its
+# address in WATERTIGHT_REDIS_ADDR, or have redis-server on PATH and this
+# script starts a throwaway one on 127.0.0.1 (no persistence) and stops it
+# at the end. Without either, those tests are skipped — unless
+# WATERTIGHT_REQUIRE_REDIS=1 (as in CI), which makes them fail instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-5s}
+
+redis_pid=""
+redis_dir=""
+stop_redis() {
+	if [ -n "$redis_pid" ]; then
+		kill "$redis_pid" 2>/dev/null || true
+		wait "$redis_pid" 2>/dev/null || true
+		redis_pid=""
+	fi
+	if [ -n "$redis_dir" ]; then
+		rm -rf "$redis_dir"
+		redis_dir=""
+	fi
+}
+trap stop_redis EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# redis_ping PORT: does a Redis on 127.0.0.1:PORT answer PING?
+redis_ping() {
+	if command -v redis-cli >/dev/null; then
+		[ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = PONG ]
+	else
+		(
+			exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+			printf 'PING\r\n' >&3
+			IFS= read -r -t 1 reply <&3 || exit 1
+			[[ $reply == +PONG* ]]
+		) 2>/dev/null
+	fi
+}
+
+# start_redis: starts redis-server on a free port of 127.0.0.1 and exports
+# WATERTIGHT_REDIS_ADDR; returns 1 if it cannot.
+start_redis() {
+	redis_dir=$(mktemp -d)
+	local try port
+	for try in 1 2 3 4 5 6 7 8 9 10; do
+		port=$((20000 + RANDOM % 40000))
+		# Taken if something accepts a connection there.
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			continue
+		fi
+		redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
+			--daemonize no --dir "$redis_dir" >"$redis_dir/redis.log" 2>&1 &
+		redis_pid=$!
+		local i
+		for i in $(seq 1 100); do # up to about 10 s
+			if redis_ping "$port"; then
+				export WATERTIGHT_REDIS_ADDR="127.0.0.1:$port"
+				echo "== redis-server started on $WATERTIGHT_REDIS_ADDR (pid $redis_pid); stopped when the tests end"
+				return 0
+			fi
+			if ! kill -0 "$redis_pid" 2>/dev/null; then
+				break # exited: most likely the port was taken meanwhile
+			fi
+			sleep 0.1
+		done
+		echo "redis-server on port $port did not answer PING; its log:" >&2
+		cat "$redis_dir/redis.log" >&2 || true
+		kill "$redis_pid" 2>/dev/null || true
+		wait "$redis_pid" 2>/dev/null || true
+		redis_pid=""
+	done
+	return 1
+}
+
+if [ -n "${WATERTIGHT_REDIS_ADDR:-}" ]; then
+	echo "== using the Redis at WATERTIGHT_REDIS_ADDR=$WATERTIGHT_REDIS_ADDR"
+elif command -v redis-server >/dev/null; then
+	if ! start_redis; then
+		echo "could not start redis-server: the Redis store tests will be skipped (or fail under WATERTIGHT_REQUIRE_REDIS=1)" >&2
+	fi
+elif [ "${WATERTIGHT_REQUIRE_REDIS:-}" = 1 ]; then
+	echo "== redis-server is not installed and WATERTIGHT_REDIS_ADDR is unset, but" \
+		"WATERTIGHT_REQUIRE_REDIS=1: the Redis store tests (contrib/redis) will fail" >&2
+else
+	echo "== note: redis-server is not installed and WATERTIGHT_REDIS_ADDR is unset:" \
+		"the Redis store tests (contrib/redis) will be skipped" \
+		"(install Debian's redis-server, or set WATERTIGHT_REDIS_ADDR=host:port)"
+fi
 
 # Every module in the repository (the root and the nested ones).
 mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h\n' | sort)
