@@ -80,7 +80,7 @@ type Claim struct {
 }
 
 // Store keeps idempotency keys, their claims and their results. Keys reach
-// a Store already scoped to their caller (see Config.Scope), so a Store
+// a Store already scoped to their caller (see watertighthttp.IdempotencyConfig.Scope), so a Store
 // never needs to know who is asking. Implementations must be safe for
 // concurrent use, and every operation must be atomic with respect to the
 // others — across processes, for a shared store such as Redis.

@@ -13,6 +13,7 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/deadline"
+	"github.com/watertight-go/watertight/idempotency"
 	"github.com/watertight-go/watertight/retry"
 )
 
@@ -505,7 +506,8 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 	h[HeaderAttempt] = attemptValue(a.n)
 	if h.Get(HeaderIdempotencyKey) == "" {
 		if k, ok := retry.IdempotencyKey(ctx); ok {
-			h.Set(HeaderIdempotencyKey, k)
+			// The draft's form: a Structured-Field String, quoted.
+			h.Set(HeaderIdempotencyKey, idempotency.FormatKey(k))
 		}
 	}
 	if h.Get(HeaderCriticality) == "" {

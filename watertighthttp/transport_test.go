@@ -301,7 +301,7 @@ func TestContextIdempotencyKeySentAndRetried(t *testing.T) {
 		t.Fatalf("server saw %d requests, want 2", len(hits))
 	}
 	for i, h := range hits {
-		if h.key != "ctx-key" || h.body != "p" || h.crit != "sheddable" {
+		if h.key != `"ctx-key"` || h.body != "p" || h.crit != "sheddable" {
 			t.Errorf("request %d: key %q body %q criticality %q", i, h.key, h.body, h.crit)
 		}
 	}
