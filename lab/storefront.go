@@ -26,6 +26,7 @@ import (
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
+	"github.com/watertight-go/watertight/sizing"
 	"github.com/watertight-go/watertight/timeout"
 )
 
@@ -246,8 +247,9 @@ type sfSizing struct {
 	size     int           // bulkhead permits
 	maxWait  time.Duration // bulkhead MaxWait
 	timeout  time.Duration
-	opens    uint64 // breaker openings during the run
-	rejected uint64 // bulkhead rejections during the run
+	advice   sizing.Advice // what package sizing suggests, with its defaults
+	opens    uint64        // breaker openings during the run
+	rejected uint64        // bulkhead rejections during the run
 	breaker  *circuit.Breaker
 	bulkhead *bulkhead.Bulkhead
 }
@@ -415,9 +417,16 @@ func (g *sfGateway) calibrate(window time.Duration) ([3]*sfSizing, error) {
 			s.rate = g.p.rate
 		}
 		s.little = s.rate * s.p99.Seconds()
-		s.size = sfErlangSize(s.little, g.p.blocking)
+		s.size = sizing.ErlangSize(s.little, g.p.blocking)
+		// The library's advice from the same observation, with its own
+		// defaults (25% headroom, 0.1% blocking, 1.5× p99.9), printed next
+		// to what the scenario configures.
+		advice, err := sizing.Suggest(sizing.Config{MinSamples: -1}, sizing.Observation{Rate: s.rate, P99: s.p99, P999: s.p999, Samples: len(lat)})
+		if err != nil {
+			return out, err
+		}
+		s.advice = advice
 		s.timeout = min(max(3*s.p99, g.p.minTimeout), g.p.deadline*3/4)
-		var err error
 		s.maxWait = min(s.p99, g.p.maxWait)
 		s.bulkhead, err = bulkhead.New(bulkhead.Config{Name: rt.name, MaxConcurrent: s.size, MaxWait: s.maxWait})
 		if err != nil {
@@ -442,20 +451,6 @@ func (g *sfGateway) calibrate(window time.Duration) ([3]*sfSizing, error) {
 	}
 	g.pipes.Store(&pipes)
 	return out, nil
-}
-
-// sfErlangSize is the fewest permits n for which Erlang's loss formula
-// B(n, load) — the share of arrivals that find all n permits busy when calls
-// arrive at random and load calls are in flight on average — is at most
-// blocking. B(0) = 1, B(n) = load·B(n-1) / (n + load·B(n-1)).
-func sfErlangSize(load, blocking float64) int {
-	b := 1.0
-	n := 0
-	for b > blocking && n < bulkhead.MaxConcurrentLimit {
-		n++
-		b = load * b / (float64(n) + load*b)
-	}
-	return max(n, 1)
 }
 
 // sfSample is one request as the load generator saw it.
@@ -711,6 +706,10 @@ type StorefrontSizing struct {
 	MaxWaitMs  float64 `json:"max_wait_ms"`
 	TimeoutMs  float64 `json:"timeout_ms"`
 	Opens      uint64  `json:"breaker_opens"`
+	// SuggestedBulkhead and SuggestedTimeoutMs are package sizing's advice
+	// from the same warm-up, with its default headroom and blocking.
+	SuggestedBulkhead  int     `json:"suggested_bulkhead"`
+	SuggestedTimeoutMs float64 `json:"suggested_timeout_ms"`
 }
 
 func runStorefront(ctx context.Context, opts Options) (*Result, error) {
@@ -783,9 +782,9 @@ func runStorefront(ctx context.Context, opts Options) (*Result, error) {
 	}
 
 	prot := runs[1]
-	sizing := Table{
-		Title:  "protected gateway: per-dependency protections, sized from its warm-up",
-		Header: []string{"dependency", "warm-up rate", "call p99", "call p99.9", "L = rate × p99", "bulkhead", "max wait", "attempt timeout", "breaker opens", "bulkhead rejections"},
+	sizingTbl := Table{
+		Title:  "protected gateway: per-dependency protections, sized from its warm-up (and package sizing's advice from the same warm-up)",
+		Header: []string{"dependency", "warm-up rate", "call p99", "call p99.9", "L = rate × p99", "bulkhead", "max wait", "attempt timeout", "advice: bulkhead", "advice: timeout", "breaker opens", "bulkhead rejections"},
 	}
 	var sizes []string
 	for i, rt := range sfRoutes {
@@ -793,7 +792,7 @@ func runStorefront(ctx context.Context, opts Options) (*Result, error) {
 		if s == nil {
 			continue
 		}
-		sizing.Rows = append(sizing.Rows, []string{
+		sizingTbl.Rows = append(sizingTbl.Rows, []string{
 			rt.name,
 			fmt.Sprintf("%.1f/s", s.rate),
 			sfFmtMs(s.p99), sfFmtMs(s.p999),
@@ -801,16 +800,19 @@ func runStorefront(ctx context.Context, opts Options) (*Result, error) {
 			fmt.Sprint(s.size),
 			sfFmtMs(s.maxWait),
 			sfFmtMs(s.timeout),
+			fmt.Sprint(s.advice.MaxConcurrent),
+			sfFmtMs(s.advice.Timeout),
 			fmt.Sprint(s.opens),
 			fmt.Sprint(s.rejected),
 		})
 		doc.Sizing = append(doc.Sizing, StorefrontSizing{
 			Dependency: rt.name, Rate: math.Round(s.rate*10) / 10, P99Ms: sfMs(s.p99),
 			Little: math.Round(s.little*100) / 100, Bulkhead: s.size, MaxWaitMs: sfMs(s.maxWait), TimeoutMs: sfMs(s.timeout), Opens: s.opens,
+			SuggestedBulkhead: s.advice.MaxConcurrent, SuggestedTimeoutMs: sfMs(s.advice.Timeout),
 		})
 		sizes = append(sizes, fmt.Sprintf("%s %d permits (wait ≤ %v) / %v timeout", rt.name, s.size, s.maxWait.Round(100*time.Microsecond), s.timeout.Round(time.Millisecond)))
 	}
-	res.Tables = append(res.Tables, sizing)
+	res.Tables = append(res.Tables, sizingTbl)
 
 	// Success rate over time, 250 ms bins, by scheduled arrival.
 	chart := Chart{
