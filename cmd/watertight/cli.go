@@ -45,8 +45,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "lab":
 		return runLab(ctx, args[1:], stdout, stderr)
+	case "config":
+		return runConfig(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "watertight: unknown command %q (commands: lab; see watertight -h)\n", args[0])
+	fmt.Fprintf(stderr, "watertight: unknown command %q (commands: lab, config; see watertight -h)\n", args[0])
 	return exitUsage
 }
 
@@ -58,6 +60,7 @@ Usage:
 
 Commands:
   lab    run the lab's scenarios: tables, checks against the literature, a report with charts
+  config validate a configuration file, print what it resolves to (watertight config check FILE)
   help   print this text (watertight help lab: the lab's flags)
 
 `)

@@ -3,6 +3,7 @@ module github.com/watertight-go/watertight/cmd/watertight
 go 1.25.0
 
 require (
+	github.com/watertight-go/watertight/contrib/config v0.0.0
 	github.com/watertight-go/watertight/lab v0.0.0
 	go.uber.org/goleak v1.3.0
 )
@@ -15,6 +16,7 @@ require (
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/watertight-go/watertight v0.0.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 	gonum.org/v1/plot v0.17.0 // indirect
@@ -22,5 +24,6 @@ require (
 
 replace (
 	github.com/watertight-go/watertight => ../../
+	github.com/watertight-go/watertight/contrib/config => ../../contrib/config
 	github.com/watertight-go/watertight/lab => ../../lab
 )

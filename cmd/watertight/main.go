@@ -6,6 +6,12 @@
 // what the literature says about each pattern, with the shipped packages —
 // prints a table per scenario and writes a report with charts (see
 // `watertight lab -h`).
+//
+//	watertight config check FILE ...
+//
+// validates configuration files of named breakers, bulkheads, retry
+// policies, budgets and timeouts and prints what each instance resolves to
+// (see docs/configuration.md).
 package main
 
 import (

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigCheckValid(t *testing.T) {
+	p := writeTemp(t, "ok.yaml", `defaults:
+  bulkheads:
+    max_wait: 10ms
+bulkheads:
+  payment:
+    max_concurrent: 20
+breakers:
+  payment: {failure_rate_threshold: 25%}
+`)
+	code, stdout, stderr := runCLI(t, "config", "check", p)
+	if code != exitOK || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{
+		"ok.yaml: 2 instances: every field as it resolves.",
+		"bulkheads:\n  payment:",
+		"    max_concurrent: 20",
+		"    max_wait: 10ms",
+		"# defaults, line 3",
+		`    failure_rate_threshold: "25%"`,
+		"    min_calls: 20",
+		"# default\n",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	// The output checks too.
+	out := writeTemp(t, "resolved.yaml", stdout)
+	if code, _, stderr := runCLI(t, "config", "check", "--quiet", out); code != exitOK || stderr != "" {
+		t.Errorf("resolved output: exit %d, %s", code, stderr)
+	}
+	if code, stdout, _ := runCLI(t, "config", "check", "--quiet", p); code != exitOK || stdout != "" {
+		t.Errorf("--quiet: exit %d, stdout %q", code, stdout)
+	}
+}
+
+func TestConfigCheckExample(t *testing.T) {
+	code, stdout, stderr := runCLI(t, "config", "check", "../../contrib/config/testdata/example.yaml")
+	if code != exitOK || !strings.Contains(stdout, "14 instances") {
+		t.Errorf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}
+
+func TestConfigCheckErrors(t *testing.T) {
+	bad := writeTemp(t, "payments.yaml", `bulkheads:
+  payment:
+    max_concurrent: -3
+    max_wiat: 1s
+breakers:
+  payment:
+    failure_rate_threshold: 50
+`)
+	good := writeTemp(t, "good.json", `{"timeouts": {"search": {"timeout": "250ms"}}}`)
+	code, stdout, stderr := runCLI(t, "config", "check", good, bad)
+	if code != 2 {
+		t.Errorf("exit %d, want 2", code)
+	}
+	for _, want := range []string{
+		bad + ":3: bulkheads.payment.max_concurrent: must be > 0, got -3\n",
+		bad + ":4: bulkheads.payment.max_wiat: unknown field (did you mean max_wait?)\n",
+		bad + `:7: breakers.payment.failure_rate_threshold: must be a fraction of 1 (0.5) or a percentage ("50%"), got 50: write "50%" for a percentage` + "\n",
+		"watertight config check: " + bad + ": invalid, 3 errors\n",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	// The valid file is still checked and printed.
+	if !strings.Contains(stdout, "timeout: 250ms") {
+		t.Errorf("stdout %q", stdout)
+	}
+}
+
+func TestConfigUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"config"}, exitUsage, "Usage:"},
+		{[]string{"config", "check"}, exitUsage, "name a file"},
+		{[]string{"config", "nosuch"}, exitUsage, `unknown command "nosuch"`},
+		{[]string{"config", "check", "--bogus", "x"}, exitUsage, "flag provided but not defined"},
+		{[]string{"config", "check", filepath.Join(t.TempDir(), "missing.yaml")}, exitUsage, "no such file"},
+		{[]string{"config", "-h"}, exitOK, ""},
+		{[]string{"config", "check", "-h"}, exitOK, ""},
+	} {
+		code, stdout, stderr := runCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+			t.Errorf("%q: exit %d, stderr %q", tc.args, code, stderr)
+		}
+		if code == exitOK && !strings.Contains(stdout, "watertight config check") {
+			t.Errorf("%q: help %q", tc.args, stdout)
+		}
+	}
+	if _, stdout, _ := runCLI(t, "-h"); !strings.Contains(stdout, "config") {
+		t.Errorf("usage lacks config:\n%s", stdout)
+	}
+}

@@ -1,0 +1,110 @@
+package watertightotel
+
+import (
+	"errors"
+
+	"go.opentelemetry.io/otel/metric"
+)
+
+// instruments are the asynchronous instruments Metrics observes.
+type instruments struct {
+	circuitState, circuitWindowCalls, circuitWindowFailures, circuitWindowSlowCalls, circuitWindowSaturated metric.Int64Observable
+	circuitTrials, circuitRejections, circuitOpens                                                          metric.Int64Observable
+	circuitFailureRate, circuitSlowCallRate                                                                 metric.Float64Observable
+
+	bulkheadLimit, bulkheadActive, bulkheadQueued, bulkheadAvailable, bulkheadRejections metric.Int64Observable
+	bulkheadAcquisitions, bulkheadCancellations                                          metric.Int64Observable
+	poolQueueCapacity, poolDropped, poolCompleted, poolPanicked                          metric.Int64Observable
+
+	budgetDeposits, budgetWithdrawals, budgetRefusals        metric.Int64Observable
+	budgetBalance                                            metric.Float64Observable
+	throttlerRequests, throttlerAccepts, throttlerRejections metric.Int64Observable
+	throttlerProbability                                     metric.Float64Observable
+
+	events, eventsOverflow, circuitTransitions   metric.Int64Observable
+	retryScheduled, retryExhausted, retrySkipped metric.Int64Observable
+	shed, fallbackUsed                           metric.Int64Observable
+
+	hedgeCalls, hedgeNotIdempotent, hedgeHedgedCalls, hedgeSent, hedgeWon, hedgeSuppressed metric.Int64Observable
+	hedgeDelay                                                                             metric.Float64Observable
+	hedgeOverloaded                                                                        metric.Int64Observable
+}
+
+func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
+	var errs []error
+	var all []metric.Observable
+	keep := func(o metric.Observable, err error) {
+		errs = append(errs, err)
+		all = append(all, o)
+	}
+	gauge := func(name, unit, desc string) metric.Int64Observable {
+		o, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		keep(o, err)
+		return o
+	}
+	fgauge := func(name, unit, desc string) metric.Float64Observable {
+		o, err := meter.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		keep(o, err)
+		return o
+	}
+	updown := func(name, unit, desc string) metric.Int64Observable {
+		o, err := meter.Int64ObservableUpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		keep(o, err)
+		return o
+	}
+	counter := func(name, unit, desc string) metric.Int64Observable {
+		o, err := meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		keep(o, err)
+		return o
+	}
+
+	in.circuitState = gauge("watertight.circuit.state", "1", "Circuit breaker state: 1 for the current state (attribute state), 0 for the others.")
+	in.circuitWindowCalls = gauge("watertight.circuit.window.calls", "{call}", "Calls recorded in the breaker's current window (closed or metrics-only; 0 otherwise).")
+	in.circuitWindowFailures = gauge("watertight.circuit.window.failures", "{call}", "Failed calls in the breaker's current window.")
+	in.circuitWindowSlowCalls = gauge("watertight.circuit.window.slow_calls", "{call}", "Slow calls in the breaker's current window.")
+	in.circuitWindowSaturated = gauge("watertight.circuit.window.saturated", "{call}", "Saturation rejections counted in the breaker's current window (only with CountSaturation).")
+	in.circuitFailureRate = fgauge("watertight.circuit.failure_rate", "1", "Failure rate of the breaker's current window, as a ratio (0.5 is 50%).")
+	in.circuitSlowCallRate = fgauge("watertight.circuit.slow_call_rate", "1", "Slow-call rate of the breaker's current window, as a ratio (0.5 is 50%).")
+	in.circuitTrials = updown("watertight.circuit.trial_calls", "{call}", "Half-open trial calls let through and not yet ended.")
+	in.circuitRejections = counter("watertight.circuit.rejections", "{call}", "Calls the breaker rejected (open, forced open, or half-open with every trial in flight).")
+	in.circuitOpens = counter("watertight.circuit.opens", "{open}", "Times the breaker opened, forced openings included.")
+
+	in.bulkheadLimit = updown("watertight.bulkhead.limit", "{permit}", "Permits of a semaphore bulkhead, or workers of a pool.")
+	in.bulkheadActive = updown("watertight.bulkhead.active", "{call}", "Permits held (semaphore) or workers running a task (pool).")
+	in.bulkheadQueued = updown("watertight.bulkhead.queued", "{call}", "Callers waiting for a permit (semaphore) or tasks waiting for a worker (pool).")
+	in.bulkheadAvailable = updown("watertight.bulkhead.available", "{permit}", "Permits (semaphore) or idle workers (pool) free now.")
+	in.bulkheadRejections = counter("watertight.bulkhead.rejections", "{call}", "Calls refused because the bulkhead was full (semaphore), or tasks refused because the queue was full or the pool closed (pool).")
+	in.bulkheadAcquisitions = counter("watertight.bulkhead.acquisitions", "{permit}", "Permits taken from a semaphore bulkhead.")
+	in.bulkheadCancellations = counter("watertight.bulkhead.cancellations", "{call}", "Waits for a semaphore bulkhead's permit that ended because the caller's context did.")
+	in.poolQueueCapacity = updown("watertight.bulkhead.pool.queue.capacity", "{task}", "Queue size of a worker pool.")
+	in.poolDropped = counter("watertight.bulkhead.pool.dropped", "{task}", "Accepted pool tasks dropped without running (context done, queue wait exceeded, shut down).")
+	in.poolCompleted = counter("watertight.bulkhead.pool.completed", "{task}", "Pool tasks that ran to their end, panics included.")
+	in.poolPanicked = counter("watertight.bulkhead.pool.panicked", "{task}", "Pool tasks that panicked.")
+
+	in.budgetDeposits = counter("watertight.budget.deposits", "{request}", "Requests deposited into the retry budget.")
+	in.budgetWithdrawals = counter("watertight.budget.withdrawals", "{retry}", "Retries (or hedges) the budget granted.")
+	in.budgetRefusals = counter("watertight.budget.refusals", "{retry}", "Retries (or hedges) the budget refused.")
+	in.budgetBalance = fgauge("watertight.budget.balance", "{token}", "Tokens in the budget's ratio balance (one token is one retry), the per-second floor not included.")
+	in.throttlerRequests = gauge("watertight.throttler.window.requests", "{request}", "Requests counted in the adaptive throttler's window, local rejections included.")
+	in.throttlerAccepts = gauge("watertight.throttler.window.accepts", "{request}", "Requests the backend accepted in the adaptive throttler's window.")
+	in.throttlerProbability = fgauge("watertight.throttler.reject_probability", "1", "Probability with which the throttler would reject the next request locally.")
+	in.throttlerRejections = counter("watertight.throttler.rejections", "{request}", "Requests the throttler rejected locally.")
+
+	in.events = counter("watertight.events", "{event}", "Events received by the listener, by emitting package (source) and kind (event).")
+	in.eventsOverflow = counter("watertight.events.overflow", "{event}", "Events not counted under their attributes because Config.MaxEventSeries attribute sets were already in use.")
+	in.circuitTransitions = counter("watertight.circuit.transitions", "{transition}", "Circuit breaker state changes (events).")
+	in.retryScheduled = counter("watertight.retry.scheduled", "{retry}", "Retries scheduled after a failed attempt (events).")
+	in.retryExhausted = counter("watertight.retry.exhausted", "{call}", "Calls whose last allowed attempt failed (events).")
+	in.retrySkipped = counter("watertight.retry.skipped", "{call}", "Retryable failures that were not retried, by reason: not_idempotent, no_time, no_budget, body_not_replayable, other (events).")
+	in.hedgeCalls = counter("watertight.hedge.calls", "{call}", "Calls made through the hedge policy, hedged or not.")
+	in.hedgeNotIdempotent = counter("watertight.hedge.not_idempotent", "{call}", "Calls not hedged because they were not marked idempotent.")
+	in.hedgeHedgedCalls = counter("watertight.hedge.hedged_calls", "{call}", "Calls that sent at least one hedge.")
+	in.hedgeSent = counter("watertight.hedge.sent", "{hedge}", "Hedges sent: the extra attempts.")
+	in.hedgeWon = counter("watertight.hedge.won", "{hedge}", "Hedges that answered first.")
+	in.hedgeSuppressed = counter("watertight.hedge.suppressed", "{hedge}", "Hedges due but not sent, by reason: budget, breaker, bulkhead, overload.")
+	in.hedgeDelay = fgauge("watertight.hedge.delay", "s", "Current hedge delay: how long an attempt has to answer before the next one is sent.")
+	in.hedgeOverloaded = gauge("watertight.hedge.overloaded", "1", "1 while the hedge policy is in its overload cool-down (no hedges), 0 otherwise.")
+	in.shed = counter("watertight.shed", "{request}", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, deadline, other (events).")
+	in.fallbackUsed = counter("watertight.fallback.used", "{call}", "Calls a fallback answered instead of the primary (events).")
+	return all, errors.Join(errs...)
+}

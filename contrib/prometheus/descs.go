@@ -1,0 +1,97 @@
+package watertightprom
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// descs are the Collector's metric descriptions, built once.
+type descs struct {
+	circuitState, circuitWindowCalls, circuitWindowFailures, circuitWindowSlowCalls, circuitWindowSaturated *prometheus.Desc
+	circuitFailureRate, circuitSlowCallRate, circuitTrials, circuitRejected, circuitOpens                   *prometheus.Desc
+
+	bulkheadMax, bulkheadActive, bulkheadQueued, bulkheadAvailable, bulkheadRejected *prometheus.Desc
+	bulkheadAcquired, bulkheadCanceled                                               *prometheus.Desc
+	poolQueueCapacity, poolDropped, poolCompleted, poolPanicked                      *prometheus.Desc
+
+	budgetDeposits, budgetWithdrawals, budgetRefused, budgetBalance              *prometheus.Desc
+	throttlerRequests, throttlerAccepts, throttlerProbability, throttlerRejected *prometheus.Desc
+
+	events, eventsOverflow, circuitTransitions   *prometheus.Desc
+	retryScheduled, retryExhausted, retrySkipped *prometheus.Desc
+	shed, fallbackUsed                           *prometheus.Desc
+
+	hedgeCalls, hedgeNotIdempotent, hedgeHedgedCalls, hedgeSent, hedgeWon *prometheus.Desc
+	hedgeSuppressed, hedgeDelay, hedgeOverloaded                          *prometheus.Desc
+
+	list []*prometheus.Desc
+}
+
+func (d *descs) init(constLabels prometheus.Labels) error {
+	var first error
+	nd := func(name, help string, labels ...string) *prometheus.Desc {
+		desc := prometheus.NewDesc(name, help, labels, constLabels)
+		if err := desc.Err(); err != nil && first == nil {
+			first = fmt.Errorf("watertightprom: Config.ConstLabels: %w", err)
+		}
+		d.list = append(d.list, desc)
+		return desc
+	}
+	nk := []string{"name", "key"}
+	nkk := []string{"name", "key", "kind"}
+	n := []string{"name"}
+
+	d.circuitState = nd("watertight_circuit_state", "Circuit breaker state: 1 for the current state, 0 for the others.", "name", "key", "state")
+	d.circuitWindowCalls = nd("watertight_circuit_window_calls", "Calls recorded in the breaker's current window (closed or metrics-only; 0 otherwise).", nk...)
+	d.circuitWindowFailures = nd("watertight_circuit_window_failures", "Failed calls in the breaker's current window.", nk...)
+	d.circuitWindowSlowCalls = nd("watertight_circuit_window_slow_calls", "Slow calls in the breaker's current window.", nk...)
+	d.circuitWindowSaturated = nd("watertight_circuit_window_saturated", "Saturation rejections counted in the breaker's current window (only with CountSaturation).", nk...)
+	d.circuitFailureRate = nd("watertight_circuit_failure_rate", "Failure rate of the breaker's current window, as a ratio (0.5 is 50%).", nk...)
+	d.circuitSlowCallRate = nd("watertight_circuit_slow_call_rate", "Slow-call rate of the breaker's current window, as a ratio (0.5 is 50%).", nk...)
+	d.circuitTrials = nd("watertight_circuit_trial_calls_in_flight", "Half-open trial calls let through and not yet ended.", nk...)
+	d.circuitRejected = nd("watertight_circuit_rejected_total", "Calls the breaker rejected (open, forced open, or half-open with every trial in flight).", nk...)
+	d.circuitOpens = nd("watertight_circuit_opens_total", "Times the breaker opened, forced openings included.", nk...)
+
+	d.bulkheadMax = nd("watertight_bulkhead_max_concurrent", "Permits of a semaphore bulkhead, or workers of a pool.", nkk...)
+	d.bulkheadActive = nd("watertight_bulkhead_active", "Permits held (semaphore) or workers running a task (pool).", nkk...)
+	d.bulkheadQueued = nd("watertight_bulkhead_queued", "Callers waiting for a permit (semaphore) or tasks waiting for a worker (pool).", nkk...)
+	d.bulkheadAvailable = nd("watertight_bulkhead_available", "Permits (semaphore) or idle workers (pool) free now.", nkk...)
+	d.bulkheadRejected = nd("watertight_bulkhead_rejected_total", "Calls refused because the bulkhead was full (semaphore), or tasks refused because the queue was full or the pool closed (pool).", nkk...)
+	d.bulkheadAcquired = nd("watertight_bulkhead_acquired_total", "Permits taken from a semaphore bulkhead.", nk...)
+	d.bulkheadCanceled = nd("watertight_bulkhead_canceled_total", "Waits for a semaphore bulkhead's permit that ended because the caller's context did.", nk...)
+	d.poolQueueCapacity = nd("watertight_bulkhead_pool_queue_capacity", "Queue size of a worker pool.", n...)
+	d.poolDropped = nd("watertight_bulkhead_pool_dropped_total", "Accepted pool tasks dropped without running (context done, queue wait exceeded, shut down).", n...)
+	d.poolCompleted = nd("watertight_bulkhead_pool_completed_total", "Pool tasks that ran to their end, panics included.", n...)
+	d.poolPanicked = nd("watertight_bulkhead_pool_panicked_total", "Pool tasks that panicked.", n...)
+
+	d.budgetDeposits = nd("watertight_budget_deposits_total", "Requests deposited into the retry budget.", n...)
+	d.budgetWithdrawals = nd("watertight_budget_withdrawals_total", "Retries (or hedges) the budget granted.", n...)
+	d.budgetRefused = nd("watertight_budget_refused_total", "Retries (or hedges) the budget refused.", n...)
+	d.budgetBalance = nd("watertight_budget_balance", "Tokens in the budget's ratio balance (one token is one retry), the per-second floor not included.", n...)
+	d.throttlerRequests = nd("watertight_throttler_window_requests", "Requests counted in the adaptive throttler's window, local rejections included.", n...)
+	d.throttlerAccepts = nd("watertight_throttler_window_accepts", "Requests the backend accepted in the adaptive throttler's window.", n...)
+	d.throttlerProbability = nd("watertight_throttler_reject_probability", "Probability with which the throttler would reject the next request locally.", n...)
+	d.throttlerRejected = nd("watertight_throttler_rejected_total", "Requests the throttler rejected locally.", n...)
+
+	d.hedgeCalls = nd("watertight_hedge_calls_total", "Calls made through the hedge policy, hedged or not.", n...)
+	d.hedgeNotIdempotent = nd("watertight_hedge_not_idempotent_total", "Calls not hedged because they were not marked idempotent.", n...)
+	d.hedgeHedgedCalls = nd("watertight_hedge_hedged_calls_total", "Calls that sent at least one hedge.", n...)
+	d.hedgeSent = nd("watertight_hedge_sent_total", "Hedges sent: the extra attempts.", n...)
+	d.hedgeWon = nd("watertight_hedge_won_total", "Hedges that answered first.", n...)
+	d.hedgeSuppressed = nd("watertight_hedge_suppressed_total", "Hedges due but not sent, by reason: budget, breaker, bulkhead, overload.", "name", "reason")
+	d.hedgeDelay = nd("watertight_hedge_delay_seconds", "Current hedge delay: how long an attempt has to answer before the next one is sent.", n...)
+	d.hedgeOverloaded = nd("watertight_hedge_overloaded", "1 while the hedge policy is in its overload cool-down (no hedges), 0 otherwise.", n...)
+
+	d.events = nd("watertight_events_total", "Events received by the Collector's listener, by emitting package and kind.", "source", "event", "name")
+	d.eventsOverflow = nd("watertight_events_overflow_total", "Events not counted under their labels because Config.MaxEventSeries label sets were already in use.")
+	d.circuitTransitions = nd("watertight_circuit_transitions_total", "Circuit breaker state changes (events).", "name", "key", "from", "to")
+	d.retryScheduled = nd("watertight_retry_scheduled_total", "Retries scheduled after a failed attempt (events).", nk...)
+	d.retryExhausted = nd("watertight_retry_exhausted_total", "Calls whose last allowed attempt failed (events).", nk...)
+	d.retrySkipped = nd("watertight_retry_skipped_total", "Retryable failures that were not retried, by reason: not_idempotent, no_time, no_budget, body_not_replayable, other (events).", "name", "key", "reason")
+	d.shed = nd("watertight_shed_total", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, deadline, other (events).", "name", "key", "reason")
+	d.fallbackUsed = nd("watertight_fallback_used_total", "Calls a fallback answered instead of the primary (events).", nk...)
+	return first
+}
+
+func (d *descs) all() []*prometheus.Desc { return d.list }
