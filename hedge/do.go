@@ -81,7 +81,11 @@ func DoDiscard[T any](ctx context.Context, p *Policy, fn func(ctx context.Contex
 	tm := p.getTimer()
 	c.tm = tm
 	tm.target.Store(&c.hook)
-	tm.t.Reset(c.delay)
+	c.arm = c.delay
+	if p.tr != nil {
+		c.arm = p.armFor(c.delay)
+	}
+	tm.t.Reset(c.arm)
 	returned := false
 	defer func() {
 		if !returned {
@@ -112,7 +116,8 @@ type call[T any] struct {
 	p       *Policy
 	fn      func(context.Context, int) (T, error)
 	discard func(T, error)
-	delay   time.Duration
+	delay   time.Duration // the delay between hedges
+	arm     time.Duration // what the timer is armed for: delay less its usual lateness
 	tm      *hedgeTimer
 	hook    hook
 	fired   atomic.Bool // the timer's function started
@@ -161,13 +166,18 @@ func (c *call[T]) fire() {
 	s.slots++
 	n := s.slots + 1
 	wait := time.Duration(s.slots) * c.delay
+	var stamp int64 // tracker time, when there is a tracker
+	if p.tr != nil {
+		stamp = int64(p.tr.Now())
+		if s.slots == 1 {
+			p.noteLate(time.Duration(stamp - c.a1.start - int64(c.arm)))
+		}
+	}
 	r := p.suppress(s.sawOver)
 	var h *attempt
 	if r == noReason {
 		h = &attempt{parent: c.a1.parent, n: int32(n), running: true}
-		if p.tr != nil {
-			h.start = int64(p.tr.Now())
-		}
+		h.start = stamp
 		s.hedges = append(s.hedges, h)
 		s.pending++
 		s.sent++
@@ -179,9 +189,9 @@ func (c *call[T]) fire() {
 		// Not c.tm: Do stops it when attempt 1 returns, to tell whether a
 		// hedge is due.
 		if s.next == nil {
-			s.next = time.AfterFunc(c.delay, c.fire)
+			s.next = time.AfterFunc(c.arm, c.fire)
 		} else {
-			s.next.Reset(c.delay)
+			s.next.Reset(c.arm)
 		}
 	}
 	first := s.sent == 1 && h != nil

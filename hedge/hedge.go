@@ -86,7 +86,10 @@ type Config struct {
 	// Percentile, if not zero, tracks the latencies of recent attempts and
 	// sends a hedge when an attempt has taken longer than this percentile
 	// of them: 0.95 hedges the slowest 5% or so. Must be in [0, 1); zero
-	// means a fixed Delay.
+	// means a fixed Delay. A percentile policy also learns how late its
+	// timer fires (Go's timers fire up to a millisecond late on Linux) and
+	// arms it that much earlier, so that the share of calls hedged matches
+	// the percentile.
 	Percentile float64
 	// MinDelay is a floor under the tracked delay: hedging sooner rarely
 	// pays (a hedge cannot beat the network's round trip) and costs the
@@ -212,6 +215,7 @@ type Policy struct {
 
 	delayNs   atomic.Int64 // current delay
 	refreshAt atomic.Int64 // tracker stamp of the next recomputation
+	lateNs    atomic.Int64 // how late the hedge timer fires, on average (Percentile only)
 	overUntil atomic.Int64 // ns since epoch until which hedges are off; 0: never set
 
 	timers sync.Pool // *hedgeTimer, stopped and idle
@@ -279,6 +283,29 @@ func (p *Policy) delay(now int64) time.Duration {
 		return d
 	}
 	return time.Duration(p.delayNs.Load())
+}
+
+// armFor returns how long to arm the hedge timer for a delay of d: d less
+// the timer's average lateness, so that hedges go out when due. Go's timers
+// fire late by up to a millisecond on an idle Linux machine (the poller
+// sleeps in whole milliseconds); against a latency distribution whose tail
+// falls steeply, that alone would hedge a fifth fewer calls than the
+// percentile says. Only a percentile policy learns the lateness: it reads
+// the clock when a hedge is due anyway.
+func (p *Policy) armFor(d time.Duration) time.Duration {
+	if late := time.Duration(p.lateNs.Load()); late > 0 {
+		return max(d-late, d/2)
+	}
+	return d
+}
+
+// noteLate folds one observed lateness of the hedge timer into the
+// average (an exponentially weighted mean, weight 1/8; concurrent updates
+// may lose one another, which only slows the average down).
+func (p *Policy) noteLate(late time.Duration) {
+	late = min(max(late, 0), 10*time.Millisecond) // a scheduler pause is not the timer's lateness
+	old := p.lateNs.Load()
+	p.lateNs.Store(old + (int64(late)-old)/8)
 }
 
 // now returns the time on the cool-down clock.

@@ -1,0 +1,85 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// TestHedgeQuick runs the quick hedge scenario: its checks (extra requests
+// at the p95 and at 10 ms, the p99.9 cut, the budget under overload) hold,
+// and the JSON has the issue's shape.
+func TestHedgeQuick(t *testing.T) {
+	leaks := goleak.IgnoreCurrent()
+	s, err := Lookup("hedge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(context.Background(), Options{Seed: 1, Quick: true, Progress: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range res.Checks {
+		if !c.OK {
+			t.Errorf("check failed: %s: %s", c.Name, c.Detail)
+		}
+	}
+	doc, ok := res.JSON.(hgJSON)
+	if !ok || doc.Scenario != "hedge" || len(doc.Results) != 4 {
+		t.Fatalf("JSON %#v", res.JSON)
+	}
+	if none := doc.Results[0]; none.Config != hgNone || none.ExtraRequestsPct != 0 || none.P999Ms < 900 {
+		t.Errorf("without hedging the stalls must show in the p99.9: %+v", none)
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shape struct {
+		Scenario string `json:"scenario"`
+		Results  []struct {
+			Config string   `json:"config"`
+			P999   *float64 `json:"p999_ms"`
+			Extra  *float64 `json:"extra_requests_pct"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(b, &shape); err != nil || shape.Results[0].P999 == nil || shape.Results[0].Extra == nil {
+		t.Fatalf("JSON shape: %s (%v)", b, err)
+	}
+	goleak.VerifyNone(t, leaks)
+}
+
+// TestHedgeLatencyIsSeeded: the leaf latencies come from the seed alone,
+// with the stall rate and the exponential body the summary states.
+func TestHedgeLatencyIsSeeded(t *testing.T) {
+	p := hgParamsFor(false)
+	stalls, n := 0, 100000
+	var sum time.Duration
+	for i := range n {
+		d := hgLatency(p, 42, false, i/10, i%10, 1)
+		if d != hgLatency(p, 42, false, i/10, i%10, 1) {
+			t.Fatal("latency not a function of its arguments")
+		}
+		if d == p.stall {
+			stalls++
+			continue
+		}
+		if d < p.base {
+			t.Fatalf("latency %v below the base %v", d, p.base)
+		}
+		sum += d - p.base
+	}
+	if rate := float64(stalls) / float64(n); rate < 0.008 || rate > 0.012 {
+		t.Errorf("stall rate %.4f, want about %.2f", rate, p.stallRate)
+	}
+	if mean := sum / time.Duration(n-stalls); mean < p.mean*95/100 || mean > p.mean*105/100 {
+		t.Errorf("mean of the exponential part %v, want about %v", mean, p.mean)
+	}
+	if hgLatency(p, 42, true, 1, 1, 1) < p.slowBase {
+		t.Error("overload latencies must include slowBase")
+	}
+}
