@@ -8,12 +8,22 @@ require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/watertight-go/watertight v0.0.0
+	github.com/watertight-go/watertight/contrib/grpc v0.0.0
 	golang.org/x/sync v0.22.0
+	google.golang.org/grpc v1.84.0
+	google.golang.org/protobuf v1.36.11
 )
 
 require (
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/influxdata/tdigest v0.0.1 // indirect
 	github.com/smartystreets/goconvey v1.8.1 // indirect
+	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/text v0.40.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260706201446-f0a921348800 // indirect
 )
 
 replace github.com/watertight-go/watertight => ../
+
+replace github.com/watertight-go/watertight/contrib/grpc => ../contrib/grpc
