@@ -15,6 +15,10 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/circuit"
 )
 
 // Options are what a scenario run may be told from the command line.
@@ -35,6 +39,25 @@ type Options struct {
 	Slow string
 	// Stall, for the storefront scenario, is the stalled latency (zero: 3s).
 	Stall time.Duration
+	// Metrics, if not nil, is given the protections the storefront scenario
+	// builds (its breakers and bulkheads, and the shared worker pool) and
+	// their events, so that they can be exported while it runs
+	// (`watertight lab --metrics ADDR`).
+	Metrics Metrics
+	// CallPolicies, if not nil, returns policies the storefront scenario
+	// puts innermost in each dependency's pipeline, inside the attempt
+	// timeout (latency histograms of the protected calls).
+	CallPolicies func(dependency string) []watertight.Policy
+}
+
+// Metrics is what a scenario hands its protections to for export. The
+// Prometheus and OpenTelemetry adapters (contrib/prometheus,
+// contrib/otel) satisfy it. Adding a breaker or bulkhead under a name
+// already added replaces the earlier one.
+type Metrics interface {
+	AddBreaker(*circuit.Breaker) (remove func())
+	AddBulkhead(*bulkhead.Bulkhead) (remove func())
+	watertight.Listener
 }
 
 // Result is what a scenario produced.

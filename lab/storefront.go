@@ -76,6 +76,9 @@ type sfParams struct {
 	blocking   float64       // Erlang B target: the share of healthy calls a bulkhead may refuse
 	maxWait    time.Duration // cap of the bulkheads' MaxWait
 	minTimeout time.Duration // floor of the attempt timeouts
+	// Export (watertight lab --metrics).
+	metrics      Metrics
+	callPolicies func(string) []watertight.Policy
 }
 
 func sfParamsFor(opts Options) (sfParams, error) {
@@ -88,6 +91,8 @@ func sfParamsFor(opts Options) (sfParams, error) {
 		deadline:       time.Second,
 		workers:        100,
 		seed:           opts.Seed,
+		metrics:        opts.Metrics,
+		callPolicies:   opts.CallPolicies,
 		minProtected:   0.999,
 		maxP99Ratio:    1.2,
 		maxUnprotected: 0.5,
@@ -277,10 +282,22 @@ type sfGateway struct {
 	fallback [2][3]atomic.Int64
 }
 
+// sfListener is the listener the storefront's protections report to: the
+// metrics, when exported.
+func sfListener(p sfParams) watertight.Listener {
+	if p.metrics == nil {
+		return nil
+	}
+	return p.metrics
+}
+
 func newSFGateway(p sfParams, protected bool, deps [3]string, base context.Context) (*sfGateway, error) {
-	pool, err := bulkhead.New(bulkhead.Config{Name: "workers", MaxConcurrent: p.workers, MaxWait: -1})
+	pool, err := bulkhead.New(bulkhead.Config{Name: "workers", MaxConcurrent: p.workers, MaxWait: -1, Listener: sfListener(p)})
 	if err != nil {
 		return nil, err
+	}
+	if p.metrics != nil {
+		p.metrics.AddBulkhead(pool) // the second run's pool replaces the first's
 	}
 	g := &sfGateway{
 		p:         p,
@@ -428,11 +445,12 @@ func (g *sfGateway) calibrate(window time.Duration) ([3]*sfSizing, error) {
 		s.advice = advice
 		s.timeout = min(max(3*s.p99, g.p.minTimeout), g.p.deadline*3/4)
 		s.maxWait = min(s.p99, g.p.maxWait)
-		s.bulkhead, err = bulkhead.New(bulkhead.Config{Name: rt.name, MaxConcurrent: s.size, MaxWait: s.maxWait})
+		s.bulkhead, err = bulkhead.New(bulkhead.Config{Name: rt.name, MaxConcurrent: s.size, MaxWait: s.maxWait, Listener: sfListener(g.p)})
 		if err != nil {
 			return out, err
 		}
 		s.breaker, err = circuit.New(circuit.Config{
+			Listener:      sfListener(g.p),
 			Name:          rt.name,
 			WindowSize:    20,
 			MinCalls:      10,
@@ -446,7 +464,15 @@ func (g *sfGateway) calibrate(window time.Duration) ([3]*sfSizing, error) {
 		if err != nil {
 			return out, err
 		}
-		pipes[i] = watertight.New(s.breaker, s.bulkhead, to)
+		policies := []watertight.Policy{s.breaker, s.bulkhead, to}
+		if g.p.callPolicies != nil {
+			policies = append(policies, g.p.callPolicies(rt.name)...)
+		}
+		pipes[i] = watertight.New(policies...)
+		if m := g.p.metrics; m != nil {
+			m.AddBreaker(s.breaker)
+			m.AddBulkhead(s.bulkhead)
+		}
 		out[i] = s
 	}
 	g.pipes.Store(&pipes)

@@ -96,6 +96,10 @@ Flags:
   --slow NAME       storefront: the dependency that stalls: recommendation
                     (default), catalog or payment
   --stall DUR       storefront: the stalled latency, e.g. 3s (default 3s)
+  --metrics ADDR    serve /metrics on ADDR (e.g. :9090) while the scenarios
+                    run: the storefront's breakers, bulkheads, events and call
+                    latencies, through contrib/prometheus (watertight_…) and
+                    contrib/otel (otel_watertight_…)
 
 Exit status: 0 when every check passes, 1 when a check or a scenario failed,
 2 for a usage error. Progress goes to stderr.
@@ -137,6 +141,7 @@ type labFlags struct {
 	opts    lab.Options
 	json    bool
 	out     string
+	metrics string // address to serve /metrics on, or ""
 	cmdline string
 }
 
@@ -157,6 +162,7 @@ func parseLab(args []string) (labFlags, error) {
 	fs.Var(&clients, "clients", "")
 	fs.StringVar(&f.opts.Slow, "slow", "", "")
 	fs.DurationVar(&f.opts.Stall, "stall", 0, "")
+	fs.StringVar(&f.metrics, "metrics", "", "")
 
 	rest := args
 	for {
@@ -213,6 +219,22 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		scenarios = append(scenarios, s)
+	}
+
+	if f.metrics != "" {
+		m, err := startMetrics(f.metrics)
+		if err != nil {
+			fmt.Fprintf(stderr, "watertight lab: --metrics %s: %v\n", f.metrics, err)
+			return exitFailed
+		}
+		defer func() {
+			if err := m.close(); err != nil {
+				fmt.Fprintf(stderr, "watertight lab: metrics: %v\n", err)
+			}
+		}()
+		fmt.Fprintf(stderr, "lab: serving metrics at %s while the scenarios run\n", m.url)
+		f.opts.Metrics = m
+		f.opts.CallPolicies = m.callPolicies
 	}
 
 	code := exitOK
