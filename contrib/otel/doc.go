@@ -20,5 +20,5 @@
 // ("watertight.circuit.state", "watertight.bulkhead.active"), units in UCUM
 // ("s", "1", "{call}"), no _total suffix, and the instance in the attributes
 // watertight.name and watertight.key. The same information is exported by
-// package watertightprom for Prometheus; docs/metrics.md lists both.
+// package watertightprom for Prometheus; docs/observability.md lists both.
 package watertightotel

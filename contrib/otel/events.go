@@ -17,7 +17,7 @@ import (
 )
 
 // OnEvent implements watertight.Listener: it counts e under its kind, source,
-// name and key, and for some kinds a bounded reason (see docs/metrics.md).
+// name and key, and for some kinds a bounded reason (see docs/observability.md).
 // Set the Metrics as the Listener of the protections' Configs (or combine
 // it with others through watertight.Listeners).
 //

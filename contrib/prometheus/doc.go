@@ -18,7 +18,7 @@
 // Every metric is named watertight_<pattern>_<what>, counters end in _total,
 // and the instance is in the labels name (Config.Name, or the name given for
 // a registry) and key (a registry's key; empty for a single instance). The
-// full list, with PromQL alerts, is in docs/metrics.md.
+// full list, with PromQL alerts, is in docs/observability.md.
 //
 // Handler serves a Collector on an HTTP endpoint, and Serve starts a server
 // for it, for a command that runs for a while (`watertight lab storefront
