@@ -11,6 +11,11 @@
 // with L offered, after multiplying L by a growth headroom. The timeout sits
 // above the observed p99.9, so healthy calls almost never hit it.
 //
+// A Recorder collects the observation: put its Record on the dependency's
+// calls (it costs a clock read and a few atomic adds), and call Observe and
+// Suggest when you want advice — `watertight lab storefront` prints it next
+// to the sizes it configured.
+//
 // Sizes are only as good as the observation: measure during normal load,
 // over a window long enough to hold many calls (Config.MinSamples), and
 // re-run the advice when the traffic changes.

@@ -174,6 +174,15 @@ func (t *Tracker) live(now Stamp, dst *[MaxSlices]*slice) []*slice {
 	return out
 }
 
+// Span returns how much time the window covers at the instant now: the
+// whole Window less the unstarted part of the current slice, or the time
+// since the tracker was built when that is shorter. Count() / Span() is the
+// rate of the recorded latencies.
+func (t *Tracker) Span(now Stamp) time.Duration {
+	span := (t.n-1)*t.sliceNs + int64(now)%t.sliceNs
+	return time.Duration(min(span, max(int64(now), 0)))
+}
+
 // Count returns the number of latencies recorded in the window.
 func (t *Tracker) Count() uint64 {
 	var buf [MaxSlices]*slice

@@ -261,3 +261,25 @@ func FuzzBucket(f *testing.F) {
 		}
 	})
 }
+
+// TestSpan: the window covers the time since New until it is full, then the
+// whole window less the unstarted part of the current slice.
+func TestSpan(t *testing.T) {
+	tr, err := New(Config{Window: 10 * time.Second, Slices: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ now, want time.Duration }{
+		{0, 0},
+		{time.Second, time.Second},
+		{7 * time.Second, 7 * time.Second},
+		{9 * time.Second, 9 * time.Second},
+		{11 * time.Second, 9 * time.Second}, // 4 whole slices of 2s + 1s of the fifth
+		{12 * time.Second, 8 * time.Second}, // a new slice just began
+		{13500 * time.Millisecond, 9500 * time.Millisecond},
+	} {
+		if got := tr.Span(Stamp(c.now)); got != c.want {
+			t.Errorf("Span(%v) = %v, want %v", c.now, got, c.want)
+		}
+	}
+}
