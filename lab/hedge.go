@@ -133,6 +133,28 @@ type hgRun struct {
 	won       uint64
 	suppr     uint64
 	delay     time.Duration // the policy's delay at the end
+	// How late the leaves' own timers fired: the machine's noise. Go's
+	// timers fire up to a millisecond late on an idle Linux machine; much
+	// more means other work held the cores, and the percentages measure
+	// the machine rather than the hedging.
+	timers, lateSum, late2ms int64
+}
+
+// lateMean is the mean lateness of the leaves' timers.
+func (r *hgRun) lateMean() time.Duration { return time.Duration(r.lateSum / max(r.timers, 1)) }
+
+// latePct is the share of the leaves' timers that fired more than 2 ms late.
+func (r *hgRun) latePct() float64 { return 100 * float64(r.late2ms) / float64(max(r.timers, 1)) }
+
+// hgNoise accumulates the lateness of the leaves' timers.
+type hgNoise struct{ timers, lateSum, late2ms atomic.Int64 }
+
+func (n *hgNoise) note(late time.Duration) {
+	n.timers.Add(1)
+	n.lateSum.Add(int64(late))
+	if late > 2*time.Millisecond {
+		n.late2ms.Add(1)
+	}
 }
 
 func (r *hgRun) extraPct() float64 { return 100 * float64(r.extra) / float64(max(r.leafCalls, 1)) }
@@ -188,18 +210,19 @@ func hgRunConfig(ctx context.Context, cfg string, p hgParams, seed uint64) (*hgR
 	overload := cfg == hgOverload
 	run := &hgRun{config: cfg, latencies: make([]time.Duration, p.requests)}
 	var leafCalls atomic.Int64
+	var noise hgNoise
 	// The warm-up: requests numbered after the measured ones (other
 	// latencies from the seed), neither timed nor counted.
 	var warm atomic.Int64
 	if err := hgLoad(ctx, p, p.warmup, func(i int) error {
-		return hgRequest(ctx, pol, p, seed, overload, p.requests+i, &warm)
+		return hgRequest(ctx, pol, p, seed, overload, p.requests+i, &warm, nil)
 	}); err != nil {
 		return nil, err
 	}
 	s0 := pol.Snapshot()
 	if err := hgLoad(ctx, p, p.requests, func(i int) error {
 		t0 := time.Now()
-		if err := hgRequest(ctx, pol, p, seed, overload, i, &leafCalls); err != nil {
+		if err := hgRequest(ctx, pol, p, seed, overload, i, &leafCalls, &noise); err != nil {
 			return err
 		}
 		run.latencies[i] = time.Since(t0)
@@ -211,6 +234,7 @@ func hgRunConfig(ctx context.Context, cfg string, p hgParams, seed uint64) (*hgR
 	run.leafCalls = leafCalls.Load()
 	s := pol.Snapshot()
 	run.extra, run.won, run.suppr, run.delay = int64(s.Sent-s0.Sent), s.Won-s0.Won, s.Suppressed()-s0.Suppressed(), s.Delay
+	run.timers, run.lateSum, run.late2ms = noise.timers.Load(), noise.lateSum.Load(), noise.late2ms.Load()
 	return run, nil
 }
 
@@ -251,7 +275,7 @@ func hgLoad(ctx context.Context, p hgParams, n int, request func(i int) error) e
 var errHgCancelled = errors.New("lab: leaf cancelled")
 
 // hgRequest fans out to p.fanout leaves and waits for all of them.
-func hgRequest(ctx context.Context, pol *hedge.Policy, p hgParams, seed uint64, overload bool, req int, leafCalls *atomic.Int64) error {
+func hgRequest(ctx context.Context, pol *hedge.Policy, p hgParams, seed uint64, overload bool, req int, leafCalls *atomic.Int64, noise *hgNoise) error {
 	var wg sync.WaitGroup
 	errs := make([]error, p.fanout)
 	for leaf := range p.fanout {
@@ -260,12 +284,17 @@ func hgRequest(ctx context.Context, pol *hedge.Policy, p hgParams, seed uint64, 
 			defer wg.Done()
 			leafCalls.Add(1)
 			_, errs[leaf] = hedge.Do(ctx, pol, func(ctx context.Context, attempt int) (struct{}, error) {
+				start := time.Now()
 				// attempt n goes to replica n of this leaf; its latency
 				// comes from the seed.
-				t := time.NewTimer(hgLatency(p, seed, overload, req, leaf, attempt))
+				d := hgLatency(p, seed, overload, req, leaf, attempt)
+				t := time.NewTimer(d)
 				defer t.Stop()
 				select {
 				case <-t.C:
+					if noise != nil && d < p.stall {
+						noise.note(time.Since(start) - d)
+					}
 					return struct{}{}, nil
 				case <-ctx.Done():
 					return struct{}{}, errHgCancelled
@@ -300,6 +329,11 @@ type hgJSONResult struct {
 	HedgesWon        uint64  `json:"hedges_won"`
 	HedgesSuppressed uint64  `json:"hedges_suppressed"`
 	DelayMs          float64 `json:"delay_ms"`
+	// TimerLateMeanMs and TimersLate2msPct are the machine's noise: how
+	// late the leaves' own timers fired, on average, and the share that
+	// fired more than 2 ms late.
+	TimerLateMeanMs  float64 `json:"timer_late_mean_ms"`
+	TimersLate2msPct float64 `json:"timers_late_2ms_pct"`
 }
 
 func hgMs(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Millisecond)*100) / 100 }
@@ -312,12 +346,12 @@ func hgResult(p hgParams, runs []*hgRun, took time.Duration) *Result {
 		"and takes the first answer (package hedge, one hedge at most, a hedge budget of %.0f%% of leaf calls). none: no hedging. "+
 		"fixed-10ms: a hedge after %v. p95: a hedge after the tracked p95 of recent latencies (%v until enough are seen). overload: "+
 		"every replica is %v slower, so a fixed %v hedge would fire on every call; the budget caps it. Extra requests are hedges sent "+
-		"per leaf call. Real time; took %v.",
+		"per leaf call. Real time: the last column says how late the leaves' own timers fired (the machine's noise); took %v.",
 		p.warmup, p.requests, p.fanout, p.concurrency, p.base, p.mean, 100*p.stallRate, p.stall, 100*p.budgetRatio, p.fixed, p.fixed,
 		p.slowBase, p.fixed, took.Round(100*time.Millisecond))
 	tbl := Table{
 		Title:  "Request latency (slowest of the leaves) and extra load",
-		Header: []string{"config", "p50 (ms)", "p99 (ms)", "p99.9 (ms)", "extra requests", "hedges won", "suppressed", "delay at end (ms)"},
+		Header: []string{"config", "p50 (ms)", "p99 (ms)", "p99.9 (ms)", "extra requests", "hedges won", "suppressed", "delay at end (ms)", "timer lateness (mean / >2ms)"},
 	}
 	doc := hgJSON{Scenario: "hedge"}
 	chart := Chart{File: "hedge-tail", Title: "Share of requests slower than x", XLabel: "latency (ms)", YLabel: "share slower (log)", LogY: true}
@@ -327,12 +361,14 @@ func hgResult(p hgParams, runs []*hgRun, took time.Duration) *Result {
 			Config: r.config, P50Ms: hgMs(hgPercentile(r.latencies, 0.5)), P99Ms: hgMs(hgPercentile(r.latencies, 0.99)),
 			P999Ms: hgMs(hgPercentile(r.latencies, 0.999)), ExtraRequestsPct: math.Round(r.extraPct()*100) / 100,
 			HedgesWon: r.won, HedgesSuppressed: r.suppr, DelayMs: hgMs(r.delay),
+			TimerLateMeanMs: math.Round(float64(r.lateMean())/1e3) / 1e3, TimersLate2msPct: math.Round(r.latePct()*100) / 100,
 		}
 		byCfg[r.config] = j
 		doc.Results = append(doc.Results, j)
 		tbl.Rows = append(tbl.Rows, []string{r.config, fmt.Sprintf("%.1f", j.P50Ms), fmt.Sprintf("%.1f", j.P99Ms),
 			fmt.Sprintf("%.1f", j.P999Ms), fmt.Sprintf("%.2f%%", j.ExtraRequestsPct), strconv.FormatUint(r.won, 10),
-			strconv.FormatUint(r.suppr, 10), fmt.Sprintf("%.1f", j.DelayMs)})
+			strconv.FormatUint(r.suppr, 10), fmt.Sprintf("%.1f", j.DelayMs),
+			fmt.Sprintf("%.2f ms / %.2f%%", j.TimerLateMeanMs, j.TimersLate2msPct)})
 		if r.config != hgOverload {
 			chart.Series = append(chart.Series, hgTailSeries(r))
 		}

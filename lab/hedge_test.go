@@ -3,7 +3,9 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,14 +25,27 @@ func TestHedgeQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range res.Checks {
-		if !c.OK {
-			t.Errorf("check failed: %s: %s", c.Name, c.Detail)
-		}
-	}
 	doc, ok := res.JSON.(hgJSON)
 	if !ok || doc.Scenario != "hedge" || len(doc.Results) != 4 {
 		t.Fatalf("JSON %#v", res.JSON)
+	}
+	var failed []string
+	for _, c := range res.Checks {
+		if !c.OK {
+			failed = append(failed, c.Name+": "+c.Detail)
+		}
+	}
+	if len(failed) > 0 {
+		// The percentages are about timers: when other processes hold the
+		// cores, every timer fires late and the hedges with them, and the
+		// numbers measure the machine. Say so and skip; on a machine whose
+		// timers kept time, a miss is a failure.
+		if why := hedgeStarved(doc); why != "" {
+			t.Skipf("machine too loaded for a real-time measurement (%s); would have failed:\n%s", why, strings.Join(failed, "\n"))
+		}
+		for _, f := range failed {
+			t.Errorf("check failed: %s", f)
+		}
 	}
 	if none := doc.Results[0]; none.Config != hgNone || none.ExtraRequestsPct != 0 || none.P999Ms < 900 {
 		t.Errorf("without hedging the stalls must show in the p99.9: %+v", none)
@@ -51,6 +66,20 @@ func TestHedgeQuick(t *testing.T) {
 		t.Fatalf("JSON shape: %s (%v)", b, err)
 	}
 	goleak.VerifyNone(t, leaks)
+}
+
+// hedgeStarved says why the machine did not keep time during a run, or ""
+// if it did: in some configuration more than 2% of the leaves' timers fired
+// over 2 ms late, or they were late by more than 1.5 ms on average (an idle
+// machine: about 0.5 ms, and under 1% over 2 ms).
+func hedgeStarved(doc hgJSON) string {
+	var why []string
+	for _, r := range doc.Results {
+		if r.TimersLate2msPct > 2 || r.TimerLateMeanMs > 1.5 {
+			why = append(why, fmt.Sprintf("%s: timers %.2f ms late on average, %.1f%% over 2 ms", r.Config, r.TimerLateMeanMs, r.TimersLate2msPct))
+		}
+	}
+	return strings.Join(why, "; ")
 }
 
 // TestHedgeLatencyIsSeeded: the leaf latencies come from the seed alone,
