@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "lab":
 		return runLab(ctx, args[1:], stdout, stderr)
 	case "config":
-		return runConfig(args[1:], stdout, stderr)
+		return runConfig(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "watertight: unknown command %q (commands: lab, config; see watertight -h)\n", args[0])
 	return exitUsage

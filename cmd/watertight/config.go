@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/watertight-go/watertight/contrib/config"
 )
@@ -12,6 +17,7 @@ import (
 func configUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   watertight config check [--quiet] FILE ...
+  watertight config watch FILE
 
 Checks configuration files of named breakers, bulkheads, retry policies,
 budgets and timeouts (YAML or JSON; docs/configuration.md is the reference)
@@ -27,11 +33,17 @@ Flags:
 Exit status: 0 when every file is valid, 2 when one is not (or for a usage
 error).
 
+watch loads FILE into a registry, as a service would, and reloads it on
+every SIGHUP until interrupted, printing what each reload did: the
+instances kept (same objects, state intact), changed (rebuilt), added and
+removed — or, for an invalid file, its errors, and that the old
+configuration stays. Exit status 2 if FILE is invalid at the start.
+
 `)
 }
 
 // runConfig is `watertight config`.
-func runConfig(args []string, stdout, stderr io.Writer) int {
+func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		configUsage(stderr)
 		return exitUsage
@@ -42,8 +54,10 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "check":
 		return runConfigCheck(args[1:], stdout, stderr)
+	case "watch":
+		return runConfigWatch(ctx, args[1:], stdout, stderr, syscall.SIGHUP)
 	}
-	fmt.Fprintf(stderr, "watertight config: unknown command %q (commands: check; see watertight config -h)\n", args[0])
+	fmt.Fprintf(stderr, "watertight config: unknown command %q (commands: check, watch; see watertight config -h)\n", args[0])
 	return exitUsage
 }
 
@@ -95,4 +109,69 @@ func runConfigCheck(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+// runConfigWatch is `watertight config watch FILE`: it reloads FILE on each
+// of sigs until ctx ends.
+func runConfigWatch(ctx context.Context, args []string, stdout, stderr io.Writer, sigs ...os.Signal) int {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(stderr, "watertight config watch: name one file to watch (see watertight config -h)")
+		return exitUsage
+	}
+	path := args[0]
+	f, err := config.Load(path)
+	if err != nil {
+		printConfigErrors(stderr, "watertight config watch", path, err)
+		return exitUsage
+	}
+	reg, err := config.NewRegistry(f, config.Options{})
+	if err != nil {
+		fmt.Fprintf(stderr, "watertight config watch: %v\n", err)
+		return exitUsage
+	}
+	var mu sync.Mutex // the reload callback runs in the watcher's goroutine
+	mu.Lock()
+	stop := config.WatchSignals(ctx, reg, path, func(c config.Changes, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			printConfigErrors(stdout, "reload rejected, the old configuration stays", path, err)
+			return
+		}
+		fmt.Fprintf(stdout, "reloaded %s: kept %s; changed %s; added %s; removed %s\n", path,
+			names(c.Kept), names(c.Changed), names(c.Added), names(c.Removed))
+	}, sigs...)
+	// Printed once the signals are caught: a signal sent after this line
+	// reloads.
+	fmt.Fprintf(stdout, "watching %s: %s; send SIGHUP (kill -HUP %d) to reload, ^C to stop\n", path, describeFile(f), os.Getpid())
+	mu.Unlock()
+	<-ctx.Done()
+	stop()
+	return exitOK
+}
+
+// printConfigErrors prints every error of a configuration file.
+func printConfigErrors(w io.Writer, prefix, path string, err error) {
+	var es config.Errors
+	if !errors.As(err, &es) {
+		fmt.Fprintf(w, "%s: %v\n", prefix, err)
+		return
+	}
+	for _, e := range es {
+		fmt.Fprintln(w, e)
+	}
+	fmt.Fprintf(w, "%s: %s: %d error(s)\n", prefix, path, len(es))
+}
+
+// describeFile counts a file's instances by kind.
+func describeFile(f *config.File) string {
+	return fmt.Sprintf("%d breakers, %d bulkheads, %d retries, %d budgets, %d timeouts, %d hedges",
+		len(f.Breakers), len(f.Bulkheads), len(f.Retries), len(f.Budgets), len(f.Timeouts), len(f.Hedges))
+}
+
+func names(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
 }

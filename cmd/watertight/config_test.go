@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func writeTemp(t *testing.T, name, content string) string {
@@ -115,5 +119,99 @@ func TestConfigUsage(t *testing.T) {
 	}
 	if _, stdout, _ := runCLI(t, "-h"); !strings.Contains(stdout, "config") {
 		t.Errorf("usage lacks config:\n%s", stdout)
+	}
+}
+
+// lockedBuffer is a strings.Builder safe for a writer and a reader in two
+// goroutines, which signals every write.
+type lockedBuffer struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	written chan struct{} // receives (without blocking) after each write
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.written != nil {
+		select {
+		case l.written <- struct{}{}:
+		default:
+		}
+	}
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// waitFor waits, write by write, until buf contains want (the watcher
+// prints from its own goroutine).
+func waitFor(t *testing.T, buf *lockedBuffer, want string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for !strings.Contains(buf.String(), want) {
+		select {
+		case <-buf.written:
+		case <-timeout:
+			t.Fatalf("no %q in output:\n%s", want, buf.String())
+		}
+	}
+}
+
+// TestConfigWatch: `config watch` reloads its file on the signal, reports a
+// change, rejects an invalid file whole (keeping the old configuration),
+// and stops when its context ends.
+func TestConfigWatch(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("bulkheads:\n  payment:\n    max_concurrent: 10\n  catalog:\n    max_concurrent: 5\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	out := lockedBuffer{written: make(chan struct{}, 1)}
+	var errOut lockedBuffer
+	done := make(chan int)
+	go func() { done <- runConfigWatch(ctx, []string{path}, &out, &errOut, syscall.SIGUSR2) }()
+	waitFor(t, &out, "watching "+path)
+
+	write("bulkheads:\n  payment:\n    max_concurrent: 20\n  catalog:\n    max_concurrent: 5\n")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &out, "reloaded "+path)
+
+	write("bulkheads:\n  payment:\n    max_concurrent: -3\n")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &out, "reload rejected, the old configuration stays")
+	cancel()
+	if code := <-done; code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	got := out.String()
+	for _, want := range []string{"changed bulkheads.payment", "kept bulkheads.catalog", "max_concurrent: must be > 0, got -3"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestConfigWatchUsage(t *testing.T) {
+	var out, errOut strings.Builder
+	if code := runConfigWatch(context.Background(), nil, &out, &errOut); code != exitUsage {
+		t.Fatalf("no file: exit %d", code)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("bulkheads:\n  x:\n    max_concurrent: -1\n"), 0o600)
+	if code := runConfigWatch(context.Background(), []string{bad}, &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "max_concurrent") {
+		t.Fatalf("invalid file: exit %d, stderr %q", code, errOut.String())
 	}
 }
