@@ -1,6 +1,7 @@
 // Package watertight keeps a failure in its compartment: it composes circuit
-// breakers, bulkheads, timeouts and retries under a budget (and, as they land,
-// hedges and fallbacks) into one [Pipeline] that wraps a call.
+// breakers, bulkheads, timeouts and retries under a budget into one
+// [Pipeline] that wraps a call; hedges (package hedge) and fallbacks (package
+// fallback) wrap a call or a pipeline from outside.
 //
 // The root package holds the contracts every protection plugs into:
 //
