@@ -48,6 +48,16 @@
 // answered with the negative pushback too, so that callers upstream do not
 // multiply the retries.
 //
+// # Idempotency
+//
+// IdempotencyUnaryServerInterceptor is the server side of idempotency keys
+// for unary calls, with watertighthttp.Idempotency's semantics and stores:
+// the first call with an idempotency-key runs and its reply (or status) is
+// stored; later calls with the key get it replayed (idempotent-replayed:
+// true); a duplicate in flight is ABORTED (or waits), a key reused for
+// another request FAILED_PRECONDITION, a store failure UNAVAILABLE with
+// nothing run.
+//
 // The metadata keys are lower case, as gRPC requires; see the Metadata*
 // constants. docs/grpc.md has the full tables and the measured overhead.
 package watertightgrpc
