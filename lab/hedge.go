@@ -354,7 +354,7 @@ func hgResult(p hgParams, runs []*hgRun, took time.Duration) *Result {
 		Header: []string{"config", "p50 (ms)", "p99 (ms)", "p99.9 (ms)", "extra requests", "hedges won", "suppressed", "delay at end (ms)", "timer lateness (mean / >2ms)"},
 	}
 	doc := hgJSON{Scenario: "hedge"}
-	chart := Chart{File: "hedge-tail", Title: "Share of requests slower than x", XLabel: "latency (ms)", YLabel: "share slower (log)", LogY: true}
+	chart := Chart{File: "hedge-tail", Title: "Share of requests slower than x", XLabel: "latency (ms); stalled requests take 1,000 ms, beyond the right edge", YLabel: "share slower (log)", LogY: true}
 	byCfg := map[string]hgJSONResult{}
 	for _, r := range runs {
 		j := hgJSONResult{
@@ -399,8 +399,14 @@ func hgResult(p hgParams, runs []*hgRun, took time.Duration) *Result {
 	return res
 }
 
+// hgTailXMax is the right edge of the tail chart: the hedged
+// configurations end well inside it, and the stalls (1 s) are off the edge,
+// where they show as a plateau at the share of requests that met one.
+const hgTailXMax = 50.0 // ms
+
 // hgTailSeries is the share of requests slower than x, at each distinct
-// latency (complementary CDF), thinned to a few hundred points.
+// latency (complementary CDF), thinned to a few hundred points and cut at
+// hgTailXMax.
 func hgTailSeries(r *hgRun) Series {
 	s := Series{Name: r.config}
 	n := len(r.latencies)
@@ -410,7 +416,13 @@ func hgTailSeries(r *hgRun) Series {
 		if share <= 0 {
 			break
 		}
-		s.X = append(s.X, float64(r.latencies[i])/float64(time.Millisecond))
+		x := float64(r.latencies[i]) / float64(time.Millisecond)
+		if x > hgTailXMax {
+			s.X = append(s.X, hgTailXMax)
+			s.Y = append(s.Y, float64(n-i)/float64(n))
+			break
+		}
+		s.X = append(s.X, x)
 		s.Y = append(s.Y, share)
 	}
 	return s
