@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -438,24 +439,46 @@ func (c *timeoutCache) get(ms int64) []string {
 	return e.vs[:]
 }
 
+// criticalityValues are the values of HeaderCriticality for Sheddable to
+// CriticalPlus, shared read-only as attemptValues are.
+var criticalityValues = func() [][]string {
+	var vs [][]string
+	for c := Sheddable; c <= CriticalPlus; c++ {
+		vs = append(vs, []string{c.String()})
+	}
+	return vs
+}()
+
+// criticalityValue returns the value slice of HeaderCriticality for c.
+func criticalityValue(c Criticality) []string {
+	if c >= Sheddable && c <= CriticalPlus {
+		return criticalityValues[c-Sheddable]
+	}
+	return []string{c.String()}
+}
+
 // addedHeaders is how many headers do may add to the caller's: the attempt,
 // the deadline, the Idempotency-Key and the criticality.
 const addedHeaders = 4
 
-// header returns a copy of h with room for addedHeaders more entries, whose
+// header returns a copy of h with room for addedHeaders more entries; see
+// copyHeader.
+func header(h http.Header) http.Header {
+	return copyHeader(h, addedHeaders, nil)
+}
+
+// copyHeader returns a copy of h with room for extra more entries, whose
 // value slices are copies too (carved from one array, each with its length as
 // capacity, as http.Header.Clone does): neither the inner transport nor do
-// can change the caller's header.
-func header(h http.Header) http.Header {
-	nv := 0
-	for _, vs := range h {
-		nv += len(vs)
+// can change the caller's header. The values go into all if it is not nil
+// (it must then hold exactly as many values as h), else into a new array.
+func copyHeader(h http.Header, extra int, all []string) http.Header {
+	if all == nil {
+		if nv := headerValues(h); nv > 0 {
+			all = make([]string, nv)
+		}
 	}
-	h2 := make(http.Header, len(h)+addedHeaders)
-	var all []string
-	if nv > 0 {
-		all = make([]string, nv)
-	}
+	h2 := make(http.Header, len(h)+extra)
 	for k, vs := range h {
 		if vs == nil {
 			h2[k] = nil // http.Header.Clone keeps a nil value nil
@@ -466,6 +489,48 @@ func header(h http.Header) http.Header {
 		all = all[n:]
 	}
 	return h2
+}
+
+// headerValues returns the number of values in h.
+func headerValues(h http.Header) int {
+	nv := 0
+	for _, vs := range h {
+		nv += len(vs)
+	}
+	return nv
+}
+
+// inlineValues is how many of the caller's header values an attempt's
+// request carries in its own allocation (requestCopy): six, as many names as
+// the header map holds in its first group of eight, next to the attempt and
+// the deadline. (The request and six strings take a 416-byte block, the
+// request alone a 320-byte one.)
+const inlineValues = 6
+
+// requestCopy is an attempt's request together with the array of its
+// header's values, so that a request whose header holds at most
+// inlineValues values costs one allocation for both.
+type requestCopy struct {
+	r    http.Request
+	vals [inlineValues]string
+}
+
+// copyRequest returns a shallow copy of req under ctx
+// (http.Request.WithContext) whose header is a copy of req's with room for
+// extra more entries (see copyHeader).
+func copyRequest(ctx context.Context, req *http.Request, extra int) *http.Request {
+	nv := headerValues(req.Header)
+	if nv == 0 || nv > inlineValues {
+		r := req.WithContext(ctx)
+		r.Header = copyHeader(req.Header, extra, nil)
+		return r
+	}
+	c := new(requestCopy)
+	// WithContext is inlined and its result does not escape: the copy it
+	// makes stays on the stack.
+	c.r = *req.WithContext(ctx)
+	c.r.Header = copyHeader(req.Header, extra, c.vals[:nv:nv])
+	return &c.r
 }
 
 // statusOf returns the *StatusError in err's chain (statusError wraps it in
@@ -484,7 +549,7 @@ func statusOf(err error) *StatusError {
 // do sends one attempt: a shallow copy of the request under the attempt's
 // context (http.Request.WithContext: the URL and the other fields are
 // shared, never changed), with a fresh body after the first attempt and a
-// header of its own: a copy of the caller's (see header) with the
+// header of its own: a copy of the caller's (see copyRequest) with the
 // watertight headers. The caller's request, header and value slices are
 // never modified, so the caller may reuse the request.
 func (a *attempt) do(ctx context.Context) (*http.Response, error) {
@@ -493,34 +558,54 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 		a.last.discard()
 		a.last = nil
 	}
-	r := a.req.WithContext(ctx)
+	// What the header gets, known before it is built so that its map is
+	// made with room for exactly that.
+	ch := a.req.Header
+	extra := 1 // HeaderAttempt
+	var key string
+	if ch.Get(HeaderIdempotencyKey) == "" {
+		if k, ok := retry.IdempotencyKey(ctx); ok {
+			// The draft's form: a Structured-Field String, quoted.
+			key = idempotency.FormatKey(k)
+			extra++
+		}
+	}
+	var crit []string
+	if ch.Get(HeaderCriticality) == "" {
+		if c, ok := CriticalityFrom(ctx); ok {
+			crit = criticalityValue(c)
+			extra++
+		}
+	}
+	var body io.ReadCloser
 	if a.n > 1 && a.req.Body != nil && a.req.Body != http.NoBody {
-		body, err := a.req.GetBody()
+		b, err := a.req.GetBody()
 		if err != nil {
 			return nil, retry.MarkPermanent(errors.New("watertighthttp: GetBody: " + err.Error()))
 		}
-		r.Body = body
-	}
-	h := header(a.req.Header)
-	r.Header = h
-	h[HeaderAttempt] = attemptValue(a.n)
-	if h.Get(HeaderIdempotencyKey) == "" {
-		if k, ok := retry.IdempotencyKey(ctx); ok {
-			// The draft's form: a Structured-Field String, quoted.
-			h.Set(HeaderIdempotencyKey, idempotency.FormatKey(k))
-		}
-	}
-	if h.Get(HeaderCriticality) == "" {
-		if c, ok := CriticalityFrom(ctx); ok {
-			h.Set(HeaderCriticality, c.String())
-		}
+		body = b
 	}
 	ms, ok, err := a.t.dl.OutgoingMillis(ctx)
 	if err != nil {
-		if a.n > 1 && r.Body != nil {
-			r.Body.Close()
+		if body != nil {
+			body.Close()
 		}
 		return nil, err
+	}
+	if ok {
+		extra++
+	}
+	r := copyRequest(ctx, a.req, extra)
+	if body != nil {
+		r.Body = body
+	}
+	h := r.Header
+	h[HeaderAttempt] = attemptValue(a.n)
+	if key != "" {
+		h.Set(HeaderIdempotencyKey, key)
+	}
+	if crit != nil {
+		h[HeaderCriticality] = crit
 	}
 	if ok {
 		h[a.t.dlHeader] = a.t.timeouts.get(ms)

@@ -774,7 +774,8 @@ func (c *cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // maxExtraAllocs is the most allocations a request that succeeds on its first
 // attempt may cost the Transport, beyond the inner transport's: the copy of
-// the request and its header map, which takes two. The deadline header's
+// the request (with up to six of the caller's header values in the same
+// block) and its header map, which takes two. The deadline header's
 // value costs none when a recent request sent the same number of
 // milliseconds (two otherwise).
 const maxExtraAllocs = 3
@@ -800,10 +801,17 @@ func TestTransportAllocs(t *testing.T) {
 		name     string
 		cfg      watertighthttp.TransportConfig
 		deadline bool
+		headers  int  // values in the caller's header, one per name
+		crit     bool // a criticality on the context
 	}{
-		{"registries", watertighthttp.TransportConfig{Base: inner, Breakers: breakers, Bulkheads: bulkheads}, true},
-		{"shared", watertighthttp.TransportConfig{Base: inner}, true},
-		{"no deadline", watertighthttp.TransportConfig{Base: inner, Breakers: breakers, Bulkheads: bulkheads}, false},
+		{"registries", watertighthttp.TransportConfig{Base: inner, Breakers: breakers, Bulkheads: bulkheads}, true, 0, false},
+		{"shared", watertighthttp.TransportConfig{Base: inner}, true, 0, false},
+		{"no deadline", watertighthttp.TransportConfig{Base: inner, Breakers: breakers, Bulkheads: bulkheads}, false, 0, false},
+		// The caller's header values share the request copy's allocation
+		// (up to six), its map has room for what is added (one group up to
+		// eight names), and the criticality's value is a shared slice.
+		{"headers", watertighthttp.TransportConfig{Base: inner, Breakers: breakers, Bulkheads: bulkheads}, true, 4, true},
+		{"six headers", watertighthttp.TransportConfig{Base: inner, Breakers: breakers, Bulkheads: bulkheads}, true, 6, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, err := watertighthttp.NewTransport(tc.cfg)
@@ -814,9 +822,15 @@ func TestTransportAllocs(t *testing.T) {
 			if tc.deadline {
 				ctx = ctxTimeout(t, time.Hour)
 			}
+			if tc.crit {
+				ctx = watertighthttp.WithCriticality(ctx, watertighthttp.SheddablePlus)
+			}
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.com/x", nil)
 			if err != nil {
 				t.Fatal(err)
+			}
+			for i := range tc.headers {
+				req.Header.Set("X-Caller-"+strconv.Itoa(i), "v")
 			}
 			check := func(resp *http.Response, err error) {
 				if err != nil || resp.StatusCode != http.StatusOK {
