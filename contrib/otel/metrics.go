@@ -18,6 +18,7 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/internal/eventcount"
 )
 
 // ScopeName is the instrumentation scope of the Meter that New takes from
@@ -97,7 +98,7 @@ type Config struct {
 // done, which unregisters its callback.
 type Metrics struct {
 	classify watertight.Classifier
-	events   eventCounts
+	events   eventcount.Counts
 	inst     instruments
 	calls    metric.Float64Histogram
 	reg      metric.Registration
@@ -160,9 +161,9 @@ func New(cfg Config) (*Metrics, error) {
 	if m.classify == nil {
 		m.classify = watertight.Classify
 	}
-	m.events.max = cfg.MaxEventSeries
-	if m.events.max == 0 {
-		m.events.max = DefaultMaxEventSeries
+	m.events.Max = cfg.MaxEventSeries
+	if m.events.Max == 0 {
+		m.events.Max = DefaultMaxEventSeries
 	}
 	observables, err := m.inst.init(meter)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/internal/eventcount"
 )
 
 // DefaultBuckets are the upper bounds, in seconds, of the call duration
@@ -71,7 +72,7 @@ type Collector struct {
 	d        descs
 	classify watertight.Classifier
 	calls    *prometheus.HistogramVec
-	events   eventCounts
+	events   eventcount.Counts
 
 	mu      sync.Mutex
 	sources map[sourceID]*source
@@ -135,7 +136,7 @@ func NewCollector(cfg Config) (*Collector, error) {
 	if maxSeries == 0 {
 		maxSeries = DefaultMaxEventSeries
 	}
-	c.events.max = maxSeries
+	c.events.Max = maxSeries
 	if err := c.d.init(cfg.ConstLabels); err != nil {
 		return nil, err
 	}

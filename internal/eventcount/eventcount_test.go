@@ -1,0 +1,70 @@
+package eventcount_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/internal/eventcount"
+	"github.com/watertight-go/watertight/retry"
+	"github.com/watertight-go/watertight/watertighthttp"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestKeyOf(t *testing.T) {
+	for _, c := range []struct {
+		e    watertight.Event
+		a, b string
+	}{
+		{watertight.Event{Kind: watertight.EventStateChange, From: "closed", To: "open"}, "closed", "open"},
+		{watertight.Event{Kind: watertight.EventRetrySkipped, Err: retry.ErrNotIdempotent}, "not_idempotent", ""},
+		{watertight.Event{Kind: watertight.EventRetrySkipped, Reason: "retry budget exhausted"}, "no_budget", ""},
+		{watertight.Event{Kind: watertight.EventRetrySkipped, Reason: "something new"}, "other", ""},
+		{watertight.Event{Kind: watertight.EventShed, Err: watertighthttp.ErrRouteFull}, "route_full", ""},
+		{watertight.Event{Kind: watertight.EventShed, Reason: "free text"}, "other", ""},
+		{watertight.Event{Kind: watertight.EventRejected, Reason: "unbounded text is not a label"}, "", ""},
+	} {
+		k := eventcount.KeyOf(c.e)
+		if k.A != c.a || k.B != c.b || k.Kind != c.e.Kind {
+			t.Errorf("KeyOf(%+v) = %+v, want A=%q B=%q", c.e, k, c.a, c.b)
+		}
+	}
+}
+
+func TestCountsConcurrentAndBounded(t *testing.T) {
+	c := &eventcount.Counts{Max: 3}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 1000 {
+				c.Inc(eventcount.Key{Name: fmt.Sprint((g + i) % 4)})
+			}
+		}()
+	}
+	wg.Wait()
+	var total uint64
+	sets := 0
+	c.Each(func(_ eventcount.Key, v uint64) { total += v; sets++ })
+	if sets != 3 {
+		t.Fatalf("%d label sets, want the bound 3", sets)
+	}
+	if total+c.Overflow.Load() != 4000 || c.Overflow.Load() == 0 {
+		t.Fatalf("counted %d + overflow %d, want 4000 with some overflow", total, c.Overflow.Load())
+	}
+}
+
+func TestIncAllocatesNothingOnceSeen(t *testing.T) {
+	c := &eventcount.Counts{Max: -1}
+	k := eventcount.Key{Kind: watertight.EventRejected, Source: "circuit", Name: "payments"}
+	for range 10 {
+		c.Inc(k) // promoted to the read map
+	}
+	if n := testing.AllocsPerRun(100, func() { c.Inc(k) }); n != 0 {
+		t.Fatalf("Inc allocates %v", n)
+	}
+}
