@@ -3,14 +3,11 @@ package watertighthttp
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -342,21 +339,6 @@ func (h *idemHandler) handles(method string) bool {
 	return false
 }
 
-// scopedKey is the store key of key in scope: the scope's SHA-256 digest
-// (fixed length, so that no scope and key pair can spell another's) and
-// the key.
-func scopedKey(scope, key string) string {
-	sum := sha256.Sum256([]byte(scope))
-	var b strings.Builder
-	b.Grow(base64.RawURLEncoding.EncodedLen(len(sum)) + 1 + len(key))
-	enc := base64.NewEncoder(base64.RawURLEncoding, &b)
-	_, _ = enc.Write(sum[:])
-	_ = enc.Close()
-	b.WriteByte('/')
-	b.WriteString(key)
-	return b.String()
-}
-
 // storeCtx returns the context of a store call made for a request whose
 // context is parent: bounded by StoreTimeout.
 func (h *idemHandler) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
@@ -411,7 +393,7 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(r.Context()) // a shallow copy, not to change the caller's request
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	fp := h.fingerprint(r, body)
-	skey := scopedKey(h.scope(r), key)
+	skey := idempotency.ScopedKey(h.scope(r), key)
 
 	c, err := h.claim(r.Context(), skey, fp)
 	if err == nil && c.State == idempotency.InFlight && h.wait && c.Fingerprint == fp {
@@ -499,37 +481,11 @@ func (h *idemHandler) claim(ctx context.Context, skey, fp string) (idempotency.C
 // waitInFlight polls the store, with exponential backoff and jitter (5ms
 // doubling up to 250ms), until the key is no longer in flight, MaxWait has
 // passed, or ctx ends; it then returns the last claim (in flight if it gave
-// up).
+// up) (idempotency.WaitWhileInFlight).
 func (h *idemHandler) waitInFlight(ctx context.Context, skey, fp string) (idempotency.Claim, error) {
-	stop := time.Now().Add(h.maxWait)
-	delay := 5 * time.Millisecond
-	for {
-		d := delay/2 + rand.N(delay/2+1) // jitter: callers waiting for one key do not poll in step
-		if left := time.Until(stop); d > left {
-			d = left
-		}
-		if d <= 0 {
-			return idempotency.Claim{State: idempotency.InFlight, Fingerprint: fp}, nil
-		}
-		timer := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return idempotency.Claim{State: idempotency.InFlight, Fingerprint: fp}, nil
-		case <-timer.C:
-		}
-		c, err := h.claim(ctx, skey, fp)
-		if err != nil {
-			if ctx.Err() != nil {
-				return idempotency.Claim{State: idempotency.InFlight, Fingerprint: fp}, nil
-			}
-			return c, err
-		}
-		if c.State != idempotency.InFlight {
-			return c, nil
-		}
-		delay = min(2*delay, 250*time.Millisecond)
-	}
+	return idempotency.WaitWhileInFlight(ctx, time.Now().Add(h.maxWait), fp, func(ctx context.Context) (idempotency.Claim, error) {
+		return h.claim(ctx, skey, fp)
+	})
 }
 
 // storeFailed answers a request whose claim failed: fail closed (503), or

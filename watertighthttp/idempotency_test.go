@@ -537,7 +537,7 @@ func TestIdempotencyDeadOwnerExpires(t *testing.T) {
 				}), IdempotencyConfig{Store: store, LockTTL: 10 * time.Second, WaitInFlight: wait, MaxWait: 30 * time.Second})
 				// A process claimed the key and died.
 				fp := idempotency.Fingerprint(http.MethodPost, "/charges", []byte("x"))
-				if c, err := store.Claim(context.Background(), scopedKey("", "k"), fp, 10*time.Second); err != nil || c.State != idempotency.Claimed {
+				if c, err := store.Claim(context.Background(), idempotency.ScopedKey("", "k"), fp, 10*time.Second); err != nil || c.State != idempotency.Claimed {
 					t.Fatal(c, err)
 				}
 				serve := func() int {
@@ -610,7 +610,7 @@ func TestIdempotencyScopes(t *testing.T) {
 func TestScopedKeyIsInjective(t *testing.T) {
 	seen := map[string][2]string{}
 	for _, p := range [][2]string{{"", "a/b"}, {"a", "b"}, {"a/", "b"}, {"", "ab"}, {"ab", ""}, {"x", "a/b"}, {"x/a", "b"}} {
-		k := scopedKey(p[0], p[1])
+		k := idempotency.ScopedKey(p[0], p[1])
 		if q, dup := seen[k]; dup {
 			t.Fatalf("scopedKey%q = scopedKey%q", p, q)
 		}
@@ -1168,8 +1168,8 @@ func FuzzScopedKey(f *testing.F) {
 	f.Add("x/", "y", "x", "/y")
 	f.Fuzz(func(t *testing.T, s1, k1, s2, k2 string) {
 		same := s1 == s2 && k1 == k2
-		if (scopedKey(s1, k1) == scopedKey(s2, k2)) != same {
-			t.Fatalf("scopedKey(%q, %q) vs scopedKey(%q, %q): equal %v, want %v", s1, k1, s2, k2, !same, same)
+		if (idempotency.ScopedKey(s1, k1) == idempotency.ScopedKey(s2, k2)) != same {
+			t.Fatalf("idempotency.ScopedKey(%q, %q) vs idempotency.ScopedKey(%q, %q): equal %v, want %v", s1, k1, s2, k2, !same, same)
 		}
 	})
 }

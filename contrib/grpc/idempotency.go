@@ -2,12 +2,10 @@ package watertightgrpc
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -471,22 +469,6 @@ func (h *idemServer) handled(method string) bool {
 	return true
 }
 
-// scopedKey is the store key of key in scope, as watertighthttp makes it:
-// the scope's SHA-256 digest (fixed length, so that no scope and key pair
-// can spell another's) and the key. A key sent over HTTP and over gRPC in
-// one scope is one store key.
-func scopedKey(scope, key string) string {
-	sum := sha256.Sum256([]byte(scope))
-	var enc [43]byte // base64.RawURLEncoding.EncodedLen(sha256.Size)
-	base64.RawURLEncoding.Encode(enc[:], sum[:])
-	var b strings.Builder
-	b.Grow(len(enc) + 1 + len(key))
-	b.Write(enc[:])
-	b.WriteByte('/')
-	b.WriteString(key)
-	return b.String()
-}
-
 // storeCtx returns the context of a store call made for a call whose
 // context is parent: bounded by StoreTimeout.
 func (h *idemServer) storeCtx(parent context.Context) (context.Context, context.CancelFunc) {
@@ -529,7 +511,7 @@ func (h *idemServer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 			Reason: "the request could not be fingerprinted", Err: err})
 		return nil, status.Error(codes.Internal, "the server could not fingerprint the request to check its idempotency-key: "+err.Error()+"; nothing was done")
 	}
-	skey := scopedKey(h.scope(ctx), key)
+	skey := idempotency.ScopedKey(h.scope(ctx), key)
 
 	c, err := h.claim(ctx, skey, fp)
 	if err == nil && c.State == idempotency.InFlight && h.wait && c.Fingerprint == fp {
@@ -617,37 +599,11 @@ func (h *idemServer) claim(ctx context.Context, skey, fp string) (idempotency.Cl
 // waitInFlight polls the store, with exponential backoff and jitter (5ms
 // doubling up to 250ms), until the key is no longer in flight, MaxWait has
 // passed, or ctx ends; it then returns the last claim (in flight if it gave
-// up). It is watertighthttp's.
+// up) (idempotency.WaitWhileInFlight).
 func (h *idemServer) waitInFlight(ctx context.Context, skey, fp string) (idempotency.Claim, error) {
-	stop := time.Now().Add(h.maxWait)
-	delay := 5 * time.Millisecond
-	for {
-		d := delay/2 + rand.N(delay/2+1) // jitter: callers waiting for one key do not poll in step
-		if left := time.Until(stop); d > left {
-			d = left
-		}
-		if d <= 0 {
-			return idempotency.Claim{State: idempotency.InFlight, Fingerprint: fp}, nil
-		}
-		timer := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return idempotency.Claim{State: idempotency.InFlight, Fingerprint: fp}, nil
-		case <-timer.C:
-		}
-		c, err := h.claim(ctx, skey, fp)
-		if err != nil {
-			if ctx.Err() != nil {
-				return idempotency.Claim{State: idempotency.InFlight, Fingerprint: fp}, nil
-			}
-			return c, err
-		}
-		if c.State != idempotency.InFlight {
-			return c, nil
-		}
-		delay = min(2*delay, 250*time.Millisecond)
-	}
+	return idempotency.WaitWhileInFlight(ctx, time.Now().Add(h.maxWait), fp, func(ctx context.Context) (idempotency.Claim, error) {
+		return h.claim(ctx, skey, fp)
+	})
 }
 
 // idemState is what the interceptor puts on the context of a call it runs:
