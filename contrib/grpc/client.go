@@ -2,10 +2,8 @@ package watertightgrpc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,8 +185,7 @@ type client struct {
 	dl        *deadline.Propagator
 	margin    time.Duration
 	max       time.Duration
-	methods   map[string]struct{} // full method names
-	services  map[string]struct{} // "/package.Service/" prefixes
+	idem      methodSet // ClientConfig.Idempotent
 
 	cache  sync.Map // key string → *pipes
 	cached atomic.Int64
@@ -233,56 +230,15 @@ func newClient(cfg ClientConfig) (*client, error) {
 	dc := c.dl.Config()
 	c.margin, c.max = dc.Margin, dc.Max
 	for i, m := range cfg.Idempotent {
-		if err := c.addIdempotent(m); err != nil {
+		if err := c.idem.add(m); err != nil {
 			return nil, fmt.Errorf("watertightgrpc: ClientConfig.Idempotent[%d] %w, got %q", i, err, m)
 		}
 	}
 	return c, nil
 }
 
-// addIdempotent records one entry of ClientConfig.Idempotent.
-func (c *client) addIdempotent(m string) error {
-	bad := errors.New(`must be "/package.Service/Method" or "/package.Service/*"`)
-	if len(m) < 3 || m[0] != '/' || strings.ContainsAny(m, " \t\r\n") {
-		return bad
-	}
-	i := strings.LastIndexByte(m, '/')
-	if i <= 1 || strings.IndexByte(m[1:i], '/') >= 0 {
-		return bad
-	}
-	switch rest := m[i+1:]; rest {
-	case "", "*":
-		if c.services == nil {
-			c.services = make(map[string]struct{})
-		}
-		c.services[m[:i+1]] = struct{}{}
-	default:
-		if strings.ContainsRune(rest, '*') {
-			return bad
-		}
-		if c.methods == nil {
-			c.methods = make(map[string]struct{})
-		}
-		c.methods[m] = struct{}{}
-	}
-	return nil
-}
-
 // idempotentMethod reports whether ClientConfig.Idempotent lists method.
-func (c *client) idempotentMethod(method string) bool {
-	if _, ok := c.methods[method]; ok {
-		return true
-	}
-	if len(c.services) == 0 {
-		return false
-	}
-	i := strings.LastIndexByte(method, '/')
-	if i <= 0 {
-		return false
-	}
-	_, ok := c.services[method[:i+1]]
-	return ok
-}
+func (c *client) idempotentMethod(method string) bool { return c.idem.has(method) }
 
 // pipes returns the pipelines of key, built once per key (and again when a
 // registry replaced the key's breaker or bulkhead).
