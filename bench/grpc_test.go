@@ -84,6 +84,13 @@ var grpcClients = []struct {
 	opts func(tb testing.TB) []grpc.DialOption
 }{
 	{"plain", func(testing.TB) []grpc.DialOption { return nil }},
+	{"noop-interceptor", func(testing.TB) []grpc.DialOption {
+		// What any interceptor costs: one that only calls the invoker.
+		noop := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		return []grpc.DialOption{grpc.WithChainUnaryInterceptor(noop)}
+	}},
 	{"watertight", func(tb testing.TB) []grpc.DialOption {
 		// A breaker and a bulkhead per method with the default configs
 		// (the bulkhead sized to never be full here), the default retry
