@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
@@ -19,6 +18,7 @@ import (
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
 	"github.com/watertight-go/watertight/internal/eventcount"
+	"github.com/watertight-go/watertight/internal/sources"
 )
 
 // ScopeName is the instrumentation scope of the Meter that New takes from
@@ -103,37 +103,7 @@ type Metrics struct {
 	calls    metric.Float64Histogram
 	reg      metric.Registration
 
-	mu      sync.Mutex
-	sources map[sourceID]*source
-}
-
-type family uint8
-
-const (
-	famCircuit family = iota
-	famBulkhead
-	famPool
-	famBudget
-	famThrottler
-	famHedge
-)
-
-type sourceID struct {
-	fam  family
-	name string
-}
-
-// source is one thing Metrics watches: exactly one field is set.
-type source struct {
-	name      string
-	breaker   *circuit.Breaker
-	breakers  *circuit.Registry
-	bulkhead  *bulkhead.Bulkhead
-	bulkheads *bulkhead.Registry
-	pool      *bulkhead.Pool
-	budget    *budget.Budget
-	throttler *budget.Throttler
-	hedge     *hedge.Policy
+	sources sources.Set
 }
 
 // New creates the instruments on the Meter of cfg.MeterProvider and registers
@@ -157,7 +127,7 @@ func New(cfg Config) (*Metrics, error) {
 		mp = otel.GetMeterProvider()
 	}
 	meter := mp.Meter(ScopeName)
-	m := &Metrics{classify: cfg.Classify, sources: map[sourceID]*source{}}
+	m := &Metrics{classify: cfg.Classify}
 	if m.classify == nil {
 		m.classify = watertight.Classify
 	}
@@ -187,20 +157,6 @@ func New(cfg Config) (*Metrics, error) {
 // Latency policies go on recording. It may be called more than once.
 func (m *Metrics) Close() error { return m.reg.Unregister() }
 
-func (m *Metrics) add(fam family, s *source) (remove func()) {
-	id := sourceID{fam, s.name}
-	m.mu.Lock()
-	m.sources[id] = s
-	m.mu.Unlock()
-	return func() {
-		m.mu.Lock()
-		if m.sources[id] == s {
-			delete(m.sources, id)
-		}
-		m.mu.Unlock()
-	}
-}
-
 func noop() {}
 
 // AddBreaker watches b under its name (Config.Name), with an empty key. It
@@ -210,7 +166,7 @@ func (m *Metrics) AddBreaker(b *circuit.Breaker) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return m.add(famCircuit, &source{name: b.Name(), breaker: b})
+	return m.sources.Add(sources.Circuit, &sources.Source{Name: b.Name(), Breaker: b})
 }
 
 // AddBreakerRegistry watches every breaker r holds at collection time, under
@@ -220,7 +176,7 @@ func (m *Metrics) AddBreakerRegistry(name string, r *circuit.Registry) (remove f
 	if r == nil {
 		return noop
 	}
-	return m.add(famCircuit, &source{name: name, breakers: r})
+	return m.sources.Add(sources.Circuit, &sources.Source{Name: name, Breakers: r})
 }
 
 // AddBulkhead watches the semaphore bulkhead b under its name (Config.Name),
@@ -230,7 +186,7 @@ func (m *Metrics) AddBulkhead(b *bulkhead.Bulkhead) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return m.add(famBulkhead, &source{name: b.Snapshot().Name, bulkhead: b})
+	return m.sources.Add(sources.Bulkhead, &sources.Source{Name: b.Snapshot().Name, Bulkhead: b})
 }
 
 // AddBulkheadRegistry watches every bulkhead r holds at collection time,
@@ -240,7 +196,7 @@ func (m *Metrics) AddBulkheadRegistry(name string, r *bulkhead.Registry) (remove
 	if r == nil {
 		return noop
 	}
-	return m.add(famBulkhead, &source{name: name, bulkheads: r})
+	return m.sources.Add(sources.Bulkhead, &sources.Source{Name: name, Bulkheads: r})
 }
 
 // AddPool watches the worker pool p under its name (PoolConfig.Name), with an
@@ -250,7 +206,7 @@ func (m *Metrics) AddPool(p *bulkhead.Pool) (remove func()) {
 	if p == nil {
 		return noop
 	}
-	return m.add(famPool, &source{name: p.Snapshot().Name, pool: p})
+	return m.sources.Add(sources.Pool, &sources.Source{Name: p.Snapshot().Name, Pool: p})
 }
 
 // AddBudget watches the retry budget b under the given name. It returns a
@@ -259,7 +215,7 @@ func (m *Metrics) AddBudget(name string, b *budget.Budget) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return m.add(famBudget, &source{name: name, budget: b})
+	return m.sources.Add(sources.Budget, &sources.Source{Name: name, Budget: b})
 }
 
 // AddThrottler watches the adaptive throttler t under the given name. It
@@ -268,7 +224,7 @@ func (m *Metrics) AddThrottler(name string, t *budget.Throttler) (remove func())
 	if t == nil {
 		return noop
 	}
-	return m.add(famThrottler, &source{name: name, throttler: t})
+	return m.sources.Add(sources.Throttler, &sources.Source{Name: name, Throttler: t})
 }
 
 // AddHedge watches the hedge policy p under its name (Config.Name). It
@@ -277,46 +233,40 @@ func (m *Metrics) AddHedge(p *hedge.Policy) (remove func()) {
 	if p == nil {
 		return noop
 	}
-	return m.add(famHedge, &source{name: p.Snapshot().Name, hedge: p})
+	return m.sources.Add(sources.Hedge, &sources.Source{Name: p.Snapshot().Name, Hedge: p})
 }
 
 // observe is the callback: it reads every source and the event counts.
 func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
-	m.mu.Lock()
-	srcs := make([]*source, 0, len(m.sources))
-	for _, s := range m.sources {
-		srcs = append(srcs, s)
-	}
-	m.mu.Unlock()
-	for _, s := range srcs {
+	for _, s := range m.sources.List() {
 		m.observeSource(o, s)
 	}
 	m.observeEvents(o)
 	return nil
 }
 
-func (m *Metrics) observeSource(o metric.Observer, s *source) {
+func (m *Metrics) observeSource(o metric.Observer, s *sources.Source) {
 	switch {
-	case s.breaker != nil:
-		m.observeBreaker(o, s.name, "", s.breaker.Snapshot())
-	case s.breakers != nil:
-		for _, snap := range s.breakers.Snapshots() {
-			m.observeBreaker(o, s.name, snap.Name, snap)
+	case s.Breaker != nil:
+		m.observeBreaker(o, s.Name, "", s.Breaker.Snapshot())
+	case s.Breakers != nil:
+		for _, snap := range s.Breakers.Snapshots() {
+			m.observeBreaker(o, s.Name, snap.Name, snap)
 		}
-	case s.bulkhead != nil:
-		m.observeBulkhead(o, s.name, "", s.bulkhead.Snapshot())
-	case s.bulkheads != nil:
-		for _, snap := range s.bulkheads.Snapshots() {
-			m.observeBulkhead(o, s.name, snap.Name, snap)
+	case s.Bulkhead != nil:
+		m.observeBulkhead(o, s.Name, "", s.Bulkhead.Snapshot())
+	case s.Bulkheads != nil:
+		for _, snap := range s.Bulkheads.Snapshots() {
+			m.observeBulkhead(o, s.Name, snap.Name, snap)
 		}
-	case s.pool != nil:
-		m.observePool(o, s.name, s.pool.Snapshot())
-	case s.budget != nil:
-		m.observeBudget(o, s.name, s.budget.Snapshot())
-	case s.throttler != nil:
-		m.observeThrottler(o, s.name, s.throttler.Snapshot())
-	case s.hedge != nil:
-		m.observeHedge(o, s.name, s.hedge.Snapshot())
+	case s.Pool != nil:
+		m.observePool(o, s.Name, s.Pool.Snapshot())
+	case s.Budget != nil:
+		m.observeBudget(o, s.Name, s.Budget.Snapshot())
+	case s.Throttler != nil:
+		m.observeThrottler(o, s.Name, s.Throttler.Snapshot())
+	case s.Hedge != nil:
+		m.observeHedge(o, s.Name, s.Hedge.Snapshot())
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +13,7 @@ import (
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
 	"github.com/watertight-go/watertight/internal/eventcount"
+	"github.com/watertight-go/watertight/internal/sources"
 )
 
 // DefaultBuckets are the upper bounds, in seconds, of the call duration
@@ -74,39 +74,7 @@ type Collector struct {
 	calls    *prometheus.HistogramVec
 	events   eventcount.Counts
 
-	mu      sync.Mutex
-	sources map[sourceID]*source
-}
-
-// family groups the sources whose names share one namespace (their metrics
-// share label sets, so two of them with one name would collide).
-type family uint8
-
-const (
-	famCircuit family = iota
-	famBulkhead
-	famPool
-	famBudget
-	famThrottler
-	famHedge
-)
-
-type sourceID struct {
-	fam  family
-	name string
-}
-
-// source is one thing the Collector watches: exactly one field is set.
-type source struct {
-	name      string
-	breaker   *circuit.Breaker
-	breakers  *circuit.Registry
-	bulkhead  *bulkhead.Bulkhead
-	bulkheads *bulkhead.Registry
-	pool      *bulkhead.Pool
-	budget    *budget.Budget
-	throttler *budget.Throttler
-	hedge     *hedge.Policy
+	sources sources.Set
 }
 
 // NewCollector returns a Collector for cfg, or an error that names the
@@ -127,7 +95,6 @@ func NewCollector(cfg Config) (*Collector, error) {
 	c := &Collector{
 		cfg:      cfg,
 		classify: cfg.Classify,
-		sources:  map[sourceID]*source{},
 	}
 	if c.classify == nil {
 		c.classify = watertight.Classify
@@ -149,20 +116,6 @@ func NewCollector(cfg Config) (*Collector, error) {
 	return c, nil
 }
 
-func (c *Collector) add(fam family, s *source) (remove func()) {
-	id := sourceID{fam, s.name}
-	c.mu.Lock()
-	c.sources[id] = s
-	c.mu.Unlock()
-	return func() {
-		c.mu.Lock()
-		if c.sources[id] == s {
-			delete(c.sources, id)
-		}
-		c.mu.Unlock()
-	}
-}
-
 func noop() {}
 
 // AddBreaker watches b under its name (Config.Name), with an empty key. It
@@ -172,7 +125,7 @@ func (c *Collector) AddBreaker(b *circuit.Breaker) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return c.add(famCircuit, &source{name: b.Name(), breaker: b})
+	return c.sources.Add(sources.Circuit, &sources.Source{Name: b.Name(), Breaker: b})
 }
 
 // AddBreakerRegistry watches every breaker r holds at scrape time, under the
@@ -183,7 +136,7 @@ func (c *Collector) AddBreakerRegistry(name string, r *circuit.Registry) (remove
 	if r == nil {
 		return noop
 	}
-	return c.add(famCircuit, &source{name: name, breakers: r})
+	return c.sources.Add(sources.Circuit, &sources.Source{Name: name, Breakers: r})
 }
 
 // AddBulkhead watches the semaphore bulkhead b under its name (Config.Name),
@@ -193,7 +146,7 @@ func (c *Collector) AddBulkhead(b *bulkhead.Bulkhead) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return c.add(famBulkhead, &source{name: b.Snapshot().Name, bulkhead: b})
+	return c.sources.Add(sources.Bulkhead, &sources.Source{Name: b.Snapshot().Name, Bulkhead: b})
 }
 
 // AddBulkheadRegistry watches every bulkhead r holds at scrape time, under
@@ -203,7 +156,7 @@ func (c *Collector) AddBulkheadRegistry(name string, r *bulkhead.Registry) (remo
 	if r == nil {
 		return noop
 	}
-	return c.add(famBulkhead, &source{name: name, bulkheads: r})
+	return c.sources.Add(sources.Bulkhead, &sources.Source{Name: name, Bulkheads: r})
 }
 
 // AddPool watches the worker pool p under its name (PoolConfig.Name), with
@@ -213,7 +166,7 @@ func (c *Collector) AddPool(p *bulkhead.Pool) (remove func()) {
 	if p == nil {
 		return noop
 	}
-	return c.add(famPool, &source{name: p.Snapshot().Name, pool: p})
+	return c.sources.Add(sources.Pool, &sources.Source{Name: p.Snapshot().Name, Pool: p})
 }
 
 // AddBudget watches the retry budget b under the given name (a Budget has
@@ -223,7 +176,7 @@ func (c *Collector) AddBudget(name string, b *budget.Budget) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return c.add(famBudget, &source{name: name, budget: b})
+	return c.sources.Add(sources.Budget, &sources.Source{Name: name, Budget: b})
 }
 
 // AddThrottler watches the adaptive throttler t under the given name. It
@@ -233,7 +186,7 @@ func (c *Collector) AddThrottler(name string, t *budget.Throttler) (remove func(
 	if t == nil {
 		return noop
 	}
-	return c.add(famThrottler, &source{name: name, throttler: t})
+	return c.sources.Add(sources.Throttler, &sources.Source{Name: name, Throttler: t})
 }
 
 // AddHedge watches the hedge policy p under its name (Config.Name). It
@@ -242,7 +195,7 @@ func (c *Collector) AddHedge(p *hedge.Policy) (remove func()) {
 	if p == nil {
 		return noop
 	}
-	return c.add(famHedge, &source{name: p.Snapshot().Name, hedge: p})
+	return c.sources.Add(sources.Hedge, &sources.Source{Name: p.Snapshot().Name, Hedge: p})
 }
 
 // Describe implements prometheus.Collector. The Collector's metrics and
@@ -258,41 +211,35 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: it reads the snapshot of every
 // source, the event counters and the call duration histogram.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	srcs := make([]*source, 0, len(c.sources))
-	for _, s := range c.sources {
-		srcs = append(srcs, s)
-	}
-	c.mu.Unlock()
-	for _, s := range srcs {
+	for _, s := range c.sources.List() {
 		c.collectSource(ch, s)
 	}
 	c.collectEvents(ch)
 	c.calls.Collect(ch)
 }
 
-func (c *Collector) collectSource(ch chan<- prometheus.Metric, s *source) {
+func (c *Collector) collectSource(ch chan<- prometheus.Metric, s *sources.Source) {
 	switch {
-	case s.breaker != nil:
-		c.collectBreaker(ch, s.name, "", s.breaker.Snapshot())
-	case s.breakers != nil:
-		for _, snap := range s.breakers.Snapshots() {
-			c.collectBreaker(ch, s.name, snap.Name, snap)
+	case s.Breaker != nil:
+		c.collectBreaker(ch, s.Name, "", s.Breaker.Snapshot())
+	case s.Breakers != nil:
+		for _, snap := range s.Breakers.Snapshots() {
+			c.collectBreaker(ch, s.Name, snap.Name, snap)
 		}
-	case s.bulkhead != nil:
-		c.collectBulkhead(ch, s.name, "", s.bulkhead.Snapshot())
-	case s.bulkheads != nil:
-		for _, snap := range s.bulkheads.Snapshots() {
-			c.collectBulkhead(ch, s.name, snap.Name, snap)
+	case s.Bulkhead != nil:
+		c.collectBulkhead(ch, s.Name, "", s.Bulkhead.Snapshot())
+	case s.Bulkheads != nil:
+		for _, snap := range s.Bulkheads.Snapshots() {
+			c.collectBulkhead(ch, s.Name, snap.Name, snap)
 		}
-	case s.pool != nil:
-		c.collectPool(ch, s.name, s.pool.Snapshot())
-	case s.budget != nil:
-		c.collectBudget(ch, s.name, s.budget.Snapshot())
-	case s.throttler != nil:
-		c.collectThrottler(ch, s.name, s.throttler.Snapshot())
-	case s.hedge != nil:
-		c.collectHedge(ch, s.name, s.hedge.Snapshot())
+	case s.Pool != nil:
+		c.collectPool(ch, s.Name, s.Pool.Snapshot())
+	case s.Budget != nil:
+		c.collectBudget(ch, s.Name, s.Budget.Snapshot())
+	case s.Throttler != nil:
+		c.collectThrottler(ch, s.Name, s.Throttler.Snapshot())
+	case s.Hedge != nil:
+		c.collectHedge(ch, s.Name, s.Hedge.Snapshot())
 	}
 }
 
