@@ -18,38 +18,53 @@ func benchBreaker(b *testing.B, cfg circuit.Config) *circuit.Breaker {
 	return br
 }
 
-// BenchmarkClosed is Allow + Done(Success) on a closed breaker.
+// BenchmarkClosed is Allow + Done on a closed breaker. The count-1pct cases
+// fail one call in 100: their window always holds failures, so every call
+// moves the ring on, where in steady health (count) a success into a full
+// window of successes writes nothing.
 func BenchmarkClosed(b *testing.B) {
 	for _, tc := range []struct {
-		name string
-		cfg  circuit.Config
+		name      string
+		cfg       circuit.Config
+		failEvery int // 0: every call succeeds
 	}{
-		{"count", circuit.Config{}},
-		{"count-slow", circuit.Config{SlowCallDuration: time.Second}},
-		{"time", circuit.Config{WindowType: circuit.TimeBased}},
+		{"count", circuit.Config{}, 0},
+		{"count-1pct", circuit.Config{}, 100},
+		{"count-slow", circuit.Config{SlowCallDuration: time.Second}, 0},
+		{"time", circuit.Config{WindowType: circuit.TimeBased}, 0},
 	} {
+		outcome := func(i int) watertight.Outcome {
+			if tc.failEvery > 0 && i%tc.failEvery == 0 {
+				return watertight.Failure
+			}
+			return watertight.Success
+		}
 		b.Run(tc.name, func(b *testing.B) {
 			br := benchBreaker(b, tc.cfg)
 			b.ReportAllocs()
+			i := 0
 			for b.Loop() {
 				p, err := br.Allow()
 				if err != nil {
 					b.Fatal(err)
 				}
-				p.Done(watertight.Success)
+				i++
+				p.Done(outcome(i))
 			}
 		})
 		b.Run(tc.name+"/parallel", func(b *testing.B) {
 			br := benchBreaker(b, tc.cfg)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
+				i := 0
 				for pb.Next() {
 					p, err := br.Allow()
 					if err != nil {
 						b.Error(err)
 						return
 					}
-					p.Done(watertight.Success)
+					i++
+					p.Done(outcome(i))
 				}
 			})
 		})

@@ -28,11 +28,13 @@ type window struct {
 	m     uint64   // fast modulo constant for n
 	_     [64]byte // whatever the allocation's alignment, pos shares no line with the above
 
-	// Count-based: a ring of outcome slots. pos is bumped by every call, so
-	// it has a cache line of its own (a read of gen or slots must not miss
-	// because another core just bumped pos); the running totals change only
-	// when a slot's outcome changes, so the all-success case reads a slot
-	// and writes nothing but pos.
+	// Count-based: a ring of outcome slots. pos is bumped by every call but
+	// a success into a full ring of successes (see addCount), so it has a
+	// cache line of its own (a read of gen or slots must not miss because
+	// another core just bumped pos); the running totals change only when a
+	// slot's outcome changes, so a success reads the totals and a slot and
+	// writes nothing but pos, and nothing at all once the ring is full of
+	// successes.
 	pos   atomic.Uint64
 	_     [64]byte
 	fails atomic.Int64
@@ -82,7 +84,22 @@ func (w *window) mod(i uint32) uint64 {
 // threshold: a failure or slow call, or the call that brings the window to
 // minCalls. Any other success returns false without reading the totals: in a
 // count window it replaces an older outcome, so no rate can rise.
+//
+// A success that lands in a full window of successes writes nothing at all.
+// Such a ring reads the same whichever way it is turned, so whether pos moves
+// on cannot change which outcomes the window holds, now or after any later
+// call: the next failure overwrites some success either way, and is evicted
+// n calls later either way. Skipping the bump takes the one write that every
+// call made off the success path: in steady health the window is read-only,
+// and the cores calling through one breaker no longer pass pos's cache line
+// back and forth (BenchmarkPipeline in bench/). The totals are loaded first,
+// so a window holding failures pays one load of a read-mostly line, not a
+// load of pos before its bump. A success racing with a failure that has
+// swapped its slot but not yet counted it is simply ordered before it.
 func (w *window) addCount(code uint32, minCalls uint64) (counts, bool) {
+	if code == 0 && w.fails.Load()|w.slows.Load()|w.sats.Load() == 0 && w.pos.Load() >= w.n {
+		return counts{}, false
+	}
 	i := w.pos.Add(1) - 1
 	s := &w.slots[w.mod(uint32(i))]
 	if s.Load() != code {
