@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -155,33 +156,83 @@ func echo(cc *grpc.ClientConn, in *wrapperspb.StringValue, out *wrapperspb.Strin
 // BenchmarkGRPCUnary is a unary call to a loopback gRPC server over TCP
 // (127.0.0.1), plain and through each library's client interceptor: the
 // client-side cost of the policies next to a real (if short) call. The
-// server runs in the same process, so ns/op, B/op and allocs/op include its
-// side too.
+// server runs in a process of its own (startServer), so B/op and allocs/op
+// are the client's alone; BenchmarkGRPCUnaryInProcess has the server in the
+// benchmark's process. Two runs of one sub-benchmark differ by more than
+// the few percent an interceptor costs: BenchmarkGRPCUnaryOverhead measures
+// the latency overhead.
 func BenchmarkGRPCUnary(b *testing.B) {
 	for _, tc := range grpcClients {
 		b.Run(tc.name, func(b *testing.B) {
-			cc := dialGRPC(b, newGRPCServer(b), tc.opts(b))
-			in := wrapperspb.String("ok")
-			if err := echo(cc, in, new(wrapperspb.StringValue)); err != nil {
-				b.Fatalf("warm-up: %v", err)
+			benchGRPC(b, dialGRPC(b, startServer(b, "grpc"), tc.opts(b)))
+		})
+	}
+}
+
+// BenchmarkGRPCUnaryInProcess is BenchmarkGRPCUnary with the server in the
+// benchmark's own process: ns/op, B/op and allocs/op include its side too.
+func BenchmarkGRPCUnaryInProcess(b *testing.B) {
+	for _, tc := range grpcClients {
+		b.Run(tc.name, func(b *testing.B) {
+			benchGRPC(b, dialGRPC(b, newGRPCServer(b), tc.opts(b)))
+		})
+	}
+}
+
+// benchGRPC measures echo calls on cc from b.RunParallel goroutines.
+func benchGRPC(b *testing.B, cc *grpc.ClientConn) {
+	in := wrapperspb.String("ok")
+	if err := echo(cc, in, new(wrapperspb.StringValue)); err != nil {
+		b.Fatalf("warm-up: %v", err)
+	}
+	var t tally
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		out := new(wrapperspb.StringValue)
+		var sum, wrong int64
+		for pb.Next() {
+			err := echo(cc, in, out)
+			sum += int64(len(out.GetValue()))
+			if err != nil || out.GetValue() != "ok" {
+				wrong++
 			}
-			var t tally
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				out := new(wrapperspb.StringValue)
-				var sum, wrong int64
-				for pb.Next() {
-					err := echo(cc, in, out)
-					sum += int64(len(out.GetValue()))
-					if err != nil || out.GetValue() != "ok" {
-						wrong++
+		}
+		t.add(sum, wrong)
+	})
+	b.StopTimer()
+	t.check(b)
+}
+
+// BenchmarkGRPCUnaryOverhead is the latency each client interceptor adds to
+// a unary call to a loopback server (in a process of its own), measured
+// against a plain client in alternating blocks (measureOverhead):
+// overhead-% is the median. Each side has a connection of its own to one
+// server.
+func BenchmarkGRPCUnaryOverhead(b *testing.B) {
+	for _, tc := range grpcClients[1:] {
+		b.Run(tc.name, func(b *testing.B) {
+			addr := startServer(b, "grpc")
+			plain, cc := dialGRPC(b, addr, grpcClients[0].opts(b)), dialGRPC(b, addr, tc.opts(b))
+			in := wrapperspb.String("ok")
+			call := func(cc *grpc.ClientConn) func() error {
+				return func() error {
+					out := new(wrapperspb.StringValue)
+					if err := echo(cc, in, out); err != nil {
+						return err
 					}
+					if out.GetValue() != "ok" {
+						return fmt.Errorf("echo = %q, want ok", out.GetValue())
+					}
+					return nil
 				}
-				t.add(sum, wrong)
-			})
-			b.StopTimer()
-			t.check(b)
+			}
+			for _, c := range []func() error{call(plain), call(cc)} {
+				if err := c(); err != nil {
+					b.Fatalf("warm-up: %v", err)
+				}
+			}
+			measureOverhead(b, call(plain), call(cc))
 		})
 	}
 }

@@ -380,7 +380,10 @@ func outgoing(ctx context.Context, idem bool) (context.Context, bool) {
 // when ctx has none, or when neither the margin nor the cap changes it: then
 // ctx itself is returned). It fails, with deadline.ErrTooShort, when less
 // than a millisecond would be sent.
-func (c *client) sendContext(ctx context.Context) (context.Context, time.Time, error) {
+//
+// The context is made in buf when buf is not nil (a caller that has room for
+// one saves an allocation), on the heap otherwise.
+func (c *client) sendContext(ctx context.Context, buf *marginContext) (context.Context, time.Time, error) {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return ctx, time.Time{}, nil
@@ -400,7 +403,11 @@ func (c *client) sendContext(ctx context.Context) (context.Context, time.Time, e
 	} else if c.margin == 0 {
 		return ctx, dl, nil
 	}
-	return &marginContext{Context: ctx, at: at}, at, nil
+	if buf == nil {
+		buf = new(marginContext)
+	}
+	*buf = marginContext{Context: ctx, at: at}
+	return buf, at, nil
 }
 
 // marginContext is a context whose Deadline is earlier than its parent's,
@@ -450,8 +457,13 @@ func (c *client) unary(ctx context.Context, method string, req, reply any, cc *g
 	}
 	u := unaryCall{c: c, method: method, req: req, reply: reply, cc: cc, invoker: invoker}
 	// One trailer and one option list for every attempt: the trailer
-	// carries the server's pushback.
-	u.opts = append(opts[:len(opts):len(opts)], grpc.Trailer(&u.trailer))
+	// carries the server's pushback. The list is built in u when it fits.
+	if len(opts) < len(u.optBuf) {
+		u.opts = append(u.optBuf[:0], opts...)
+	} else {
+		u.opts = opts[:len(opts):len(opts)]
+	}
+	u.opts = append(u.opts, grpc.Trailer(&u.trailer))
 	_, err = watertight.Do(ctx, pipe, u.do)
 	if err == nil {
 		return nil
@@ -470,12 +482,21 @@ type unaryCall struct {
 	opts    []grpc.CallOption // the caller's, and grpc.Trailer(&trailer)
 	trailer metadata.MD
 	n       int // attempts started
+
+	// Room for what a call would otherwise allocate apart: u escapes to
+	// the heap anyway (its do method is the pipeline's function).
+	optBuf [4]grpc.CallOption // backs opts when they fit
+	first  marginContext      // the first attempt's context; never changed once sent
 }
 
 // do sends one attempt.
 func (u *unaryCall) do(ctx context.Context) (struct{}, error) {
 	u.n++
-	actx, at, err := u.c.sendContext(ctx)
+	var buf *marginContext
+	if u.n == 1 {
+		buf = &u.first
+	}
+	actx, at, err := u.c.sendContext(ctx, buf)
 	if err != nil {
 		return struct{}{}, err
 	}

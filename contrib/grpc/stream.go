@@ -37,7 +37,7 @@ func (c *client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cli
 	// The stream gets a context of its own, cancelled when it ends, so that
 	// gRPC's resources go with the permits.
 	cctx, cancel := context.WithCancel(ctx)
-	actx, at, err := c.sendContext(cctx)
+	actx, at, err := c.sendContext(cctx, nil)
 	if err != nil {
 		cancel()
 		return nil, c.reject(key, err)
