@@ -1,7 +1,9 @@
 // Command benchtable reads the output of `go test -bench -benchmem` on its
 // standard input and prints a markdown table per benchmark group: for each
 // sub-benchmark the median ns/op over the -count runs, the median B/op and
-// allocs/op, and its ns/op as a multiple of the group's watertight entry.
+// allocs/op, and its ns/op as a multiple of the group's watertight entry. A
+// group whose benchmarks report an overhead-% metric gets the median of that
+// instead.
 //
 //	go test -run '^$' -bench . -benchmem -count 5 | go run ./cmd/benchtable
 //
@@ -29,6 +31,7 @@ const reference = "watertight"
 // sample is the measurements of one sub-benchmark, one entry per run.
 type sample struct {
 	ns, bytes, allocs []float64
+	overhead          []float64 // overhead-%, reported by the Overhead benchmarks
 }
 
 type group struct {
@@ -80,6 +83,8 @@ func parse(r io.Reader) ([]*group, error) {
 				s.bytes = append(s.bytes, v)
 			case "allocs/op":
 				s.allocs = append(s.allocs, v)
+			case "overhead-%":
+				s.overhead = append(s.overhead, v)
 			}
 		}
 	}
@@ -120,6 +125,18 @@ func formatCount(xs []float64) string {
 	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
+// hasOverhead reports whether g's benchmarks report overhead-% (see
+// bench's measureOverhead): their table shows that instead of ns/op, which
+// for them is the time of one call through each side.
+func (g *group) hasOverhead() bool {
+	for _, s := range g.data {
+		if len(s.overhead) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // write prints one markdown table per group.
 func write(w io.Writer, groups []*group) {
 	for i, g := range groups {
@@ -127,6 +144,15 @@ func write(w io.Writer, groups []*group) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "### %s\n\n", g.name)
+		if g.hasOverhead() {
+			fmt.Fprintln(w, "| name | overhead-% (median of runs) | runs |")
+			fmt.Fprintln(w, "| --- | ---: | ---: |")
+			for _, sub := range g.subs {
+				s := g.data[sub]
+				fmt.Fprintf(w, "| %s | %s | %d |\n", sub, formatCount(s.overhead), len(s.overhead))
+			}
+			continue
+		}
 		fmt.Fprintln(w, "| name | ns/op (median) | B/op | allocs/op | runs | × watertight |")
 		fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: |")
 		ref, hasRef := 0.0, false

@@ -59,3 +59,19 @@ func TestMedian(t *testing.T) {
 		t.Error("median(nil) reported a value")
 	}
 }
+
+func TestOverheadGroup(t *testing.T) {
+	in := `BenchmarkGRPCUnaryOverhead/watertight-2   	    9070	    348422 ns/op	    169433 base-ns/call	         3.5 overhead-%	        -4.768 q1-%	        19.78 q3-%	    178237 wrapped-ns/call	   11368 B/op	     181 allocs/op
+BenchmarkGRPCUnaryOverhead/watertight-2   	    9070	    348422 ns/op	    169433 base-ns/call	         2.5 overhead-%	        -4.768 q1-%	        19.78 q3-%	    178237 wrapped-ns/call	   11368 B/op	     181 allocs/op
+BenchmarkGRPCUnaryOverhead/watertight-2   	    9070	    348422 ns/op	    169433 base-ns/call	         9 overhead-%	        -4.768 q1-%	        19.78 q3-%	    178237 wrapped-ns/call	   11368 B/op	     181 allocs/op
+`
+	groups, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	write(&b, groups)
+	if want := "| watertight | 3.5 | 3 |"; !strings.Contains(b.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, b.String())
+	}
+}
