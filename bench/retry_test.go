@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 
 	cenkalti "github.com/cenkalti/backoff/v5"
@@ -86,6 +87,45 @@ func BenchmarkBudget(b *testing.B) {
 			for pb.Next() {
 				bud.Deposit()
 				if bud.Withdraw() {
+					sum++
+				} else {
+					wrong++
+				}
+			}
+			t.add(sum, wrong)
+		})
+		t.check(b)
+	})
+	// floor-two-atomics is what any budget with one shared balance costs
+	// at least: a bare deposit (an atomic add) and a bare withdrawal (two
+	// loads and a compare-and-swap) on one cache line, with no cap, floor
+	// or accounting. From two cores the line goes back and forth on every
+	// iteration, and that, not the budget's own work, is most of the cost.
+	b.Run("floor-two-atomics", func(b *testing.B) {
+		var line struct {
+			_    [64]byte
+			d, w atomic.Uint64
+			_    [64]byte
+		}
+		line.d.Store(100 * 1000)
+		var t tally
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			var sum, wrong int64
+			for pb.Next() {
+				line.d.Add(1000)
+				ok := false
+				for {
+					w, d := line.w.Load(), line.d.Load()
+					if d-w < 1000 {
+						break
+					}
+					if line.w.CompareAndSwap(w, w+1000) {
+						ok = true
+						break
+					}
+				}
+				if ok {
 					sum++
 				} else {
 					wrong++
