@@ -112,6 +112,36 @@ func BenchmarkBudget(b *testing.B) {
 		})
 	})
 
+	// over-cap/striped: the same with a cap of ten tokens, so that the
+	// balance is striped over eight cells and the pool.
+	b.Run("deposit+withdraw/over-cap/striped/parallel", func(b *testing.B) {
+		bud := benchBudget(b, budget.Config{Ratio: 1, MaxTokens: 10, MinPerSecond: -1})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				bud.Deposit()
+				bud.Deposit()
+				bud.Withdraw()
+			}
+		})
+	})
+
+	// healthy: requests with a retry now and then (one in 50) while the
+	// balance is at its cap: the retry makes room, and a later deposit,
+	// perhaps from another goroutine, fills it.
+	b.Run("healthy/parallel", func(b *testing.B) {
+		bud := benchBudget(b, budget.Config{})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for i := 0; pb.Next(); i++ {
+				bud.Deposit()
+				if i%50 == 0 {
+					bud.Withdraw()
+				}
+			}
+		})
+	})
+
 	// exhausted: a refused retry, ratio balance empty, floor consulted
 	// (one clock read) and empty.
 	b.Run("exhausted/parallel", func(b *testing.B) {

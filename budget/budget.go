@@ -3,9 +3,11 @@ package budget
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/internal/stripe"
@@ -112,10 +114,19 @@ func (c Config) resolve() (Config, error) {
 // Ratio and, with depositUnits = 1000, within 0.1% of it.
 const depositUnits = 1000
 
-// trimMask: the deposit counter crosses a multiple of 2^40 once every 2^40/1000
-// (about 1.1e9) deposits, and the crossing trims the balance to the cap. See
-// Budget.
-const trimMask = 1<<40 - 1
+// maxCells is the most cells a Budget stripes its balance over (a power of
+// two); see Budget.
+const maxCells = 8
+
+// firstReseed is the number of failed compare-and-swaps on a cell after
+// which the cell first re-seeds the budget's cell choice; it re-seeds again
+// at every power of two above. See Budget.
+const firstReseed = 8
+
+// failsToSetFull is the number of searches for room from one cell that
+// must fail in a row, with no withdrawal from the cell in between, before
+// the full hint is set. See Budget.
+const failsToSetFull = 2
 
 // Budget is a retry budget: it lets retries through only while they stay
 // within a share (Config.Ratio) of the requests, plus a saved-up burst
@@ -129,50 +140,186 @@ const trimMask = 1<<40 - 1
 //
 // # Cost
 //
-// Deposit is one atomic add and never reads the clock. Withdraw, when the
-// balance holds a token, is two atomic loads and a compare-and-swap. Neither
-// allocates. Withdraw reads the clock only when the balance is empty and the
-// floor is consulted, and takes a mutex only when the balance is above the
-// cap (a retry after a stretch of deposits with few retries, so uncontended
-// in practice) to account for the excess it discards.
+// Deposit is a compare-and-swap, and Withdraw, when the caller's cell of
+// the balance holds a token, a compare-and-swap and an add, on a cache line
+// that other cores seldom touch (see below); neither allocates, nor takes a
+// lock, nor reads the clock. A Deposit into a full balance is a
+// compare-and-swap on a counter of the same line. A Withdraw whose cell is
+// empty looks in the pool and the other cells, and takes a mutex only to
+// gather a token that lies in pieces among them; it reads the clock only
+// when the balance holds less than a token and the floor is consulted.
 //
 // # How the balance is kept
 //
-// The balance is the difference of two monotonic counters on one cache line:
-// the units deposited (bumped by Deposit) and the units withdrawn (moved by
-// Withdraw with a compare-and-swap, which a Deposit never makes fail). The
-// number of deposits is the first counter divided by 1000, and the number of
-// granted retries is the second, less the excess discarded above the cap,
-// divided by a token's units: neither needs an add of its own. The cap is
-// applied lazily: Deposit may push the balance above MaxTokens, and Withdraw
-// treats anything above it as MaxTokens, discarding the excess in the same
-// compare-and-swap that takes the token. Both counters wrap around modulo
-// 2^64 harmlessly, since only their difference is used; to keep that
-// difference far from overflow when no Withdraw comes for a very long time,
-// the Deposit that crosses every 2^40-th unit (once per 1.1 billion deposits)
-// also trims the balance to the cap.
+// The balance is striped over up to eight cells, each alone on its cache
+// lines, and a pool. A call uses the cell that the address of its
+// goroutine's stack picks (internal/stripe's hash), so that goroutines
+// running on different cores usually deposit into and withdraw from cells of
+// their own. The reason is what one shared balance costs: from two cores, a
+// deposit and a withdrawal on one cache line cost at least 31-32 ns however
+// little they do, because the line travels between the cores on every call;
+// on lines of their own they cost what their atomics cost.
+//
+// A cell holds at most one token and the pool the rest of the cap (MaxTokens
+// less a token per cell), so the total never exceeds MaxTokens. There are as
+// many cells as the largest power of two that is at most eight and at most
+// MaxTokens: with MaxTokens 1, one cell and no pool, one shared balance. A
+// cell's balance is the difference of two counters: the units deposited into
+// it, which only Deposit adds to (so that they count the deposits), and the
+// units out of it (tokens granted, units moved elsewhere, less units moved
+// in). Both wrap around modulo 2^64 harmlessly, since only their difference
+// is used; it stays small, as a cell never holds more than a token and the
+// deposits in flight. Separate counters of the grants and of the deposits
+// dropped (below) make Snapshot's counts, which only grow.
+//
+// The cap is applied as the tokens arrive. A Deposit that takes its cell
+// above one token moves the excess to the pool, then, if the pool is full,
+// searches the other cells for room, and discards only what fits nowhere. A
+// hint spares that search to the deposits of a healthy stretch, when every
+// cell and the pool are full: once two searches from one cell have failed
+// in a row (with no withdrawal from the cell in between), the hint is set,
+// and a Deposit that finds its own cell full and the hint set drops its
+// deposit, counting it, without touching another cache line. Every Withdraw
+// that takes a token clears the hint if it is set (reading it first, so that
+// nothing shared is written while it is clear). The hint is set after a
+// failed search and followed by a second one: the room that a Withdraw makes
+// is then either found by the second search or seen by the Withdraw, with
+// the hint set, to clear. Waiting for two failures keeps a balance that
+// hovers at its cap, where deposits refill the room that withdrawals make,
+// from setting the hint after nearly every deposit for the next withdrawal
+// to clear.
+//
+// Being exact has a price there. When goroutines on several cores withdraw
+// often from a balance at its cap, a deposit that finds its own cell full
+// searches for, and fills, the room that another goroutine's withdrawal has
+// just made in that goroutine's cell: for all it can tell, the two calls
+// could have come from one goroutine whose stack moved. That costs cache
+// misses that one shared balance would not.
+//
+// A Withdraw takes a token from its own cell, else from the pool, else from
+// another cell, else, under the mutex, in pieces from all of them; only when
+// they do not add up to a token does it turn to the floor. So, in one
+// goroutine, the balance is exactly the single balance of the package doc,
+// wherever its units lie (a goroutine's stack can move, and calls from
+// different depths can pick different cells): a withdrawal is granted
+// whenever the total holds a token, and a deposit is discarded only above
+// the cap. Under concurrency a call can miss units that another one is
+// moving, and the deposits in flight can take the total a deposit or so
+// above the cap, for a moment.
+//
+// Two goroutines that the hash gives one cell share it, and their
+// compare-and-swaps then fail now and then: a cell's 8th failure, and each
+// power of two after it, re-seeds the hash (internal/stripe's rule), so that
+// they part. A re-seed moves no units; it changes which goroutine uses which
+// cell.
 type Budget struct {
-	_         [64]byte
-	deposited atomic.Uint64 // units; Deposit's only write
-	withdrawn atomic.Uint64 // units: granted tokens and the excess discarded above the cap
-	_         [48]byte
-	tat       atomic.Int64 // floor: GCRA theoretical arrival time, ns since epoch
-	floorWins atomic.Uint64
-	_         [48]byte
-	refused   stripe.Counter
-
-	// Read-mostly.
-	unit     uint64 // units per token: ceil(depositUnits / Ratio)
-	capUnits int64  // MaxTokens * unit
-	floor    bool   // MinPerSecond > 0
-	interval int64  // floor: ns per token, ceil(1e9 / MinPerSecond)
-	tau      int64  // floor: burst tolerance, (max(1, MinPerSecond) - 1) * interval
+	// Read-only after New.
+	unit     int64 // units per token, ceil(depositUnits / Ratio); a cell's cap
+	capUnits int64 // MaxTokens * unit
+	poolCap  int64 // capUnits - k*unit
+	k        int   // cells in use: a power of two, at most maxCells
+	shift    uint  // 64 - log2(k): a hash's top bits pick the cell
+	floor    bool  // MinPerSecond > 0
+	interval int64 // floor: ns per token, ceil(1e9 / MinPerSecond)
+	tau      int64 // floor: burst tolerance, (max(1, MinPerSecond) - 1) * interval
 	epoch    time.Time
 	cfg      Config
 
-	_         [64]byte
-	mu        sync.Mutex // serialises discarding; Snapshot takes it to read a consistent count
-	discarded uint64     // units discarded above the cap, under mu
+	_    [128]byte
+	seed atomic.Uint64 // the hash's seed, read by every call; a re-seed adds stripe.SeedStep
+	_    [120]byte
+	full atomic.Uint32 // hint: non-zero when searches found no room anywhere
+	_    [124]byte
+
+	cells [maxCells]cell
+
+	pool atomic.Int64 // units, at most poolCap
+	_    [120]byte
+	tat  atomic.Int64 // floor: GCRA theoretical arrival time, ns since epoch
+	// floorWins counts the floor's grants.
+	floorWins atomic.Uint64
+	_         [112]byte
+	refused   stripe.Counter
+	mu        sync.Mutex // serialises the gathering of a token in pieces
+}
+
+// cell is one stripe of the balance, alone on its cache lines.
+type cell struct {
+	d         atomic.Uint64 // units deposited into the cell; only Deposit adds to it
+	w         atomic.Uint64 // units out: tokens granted and units moved out, less units moved in
+	grants    atomic.Uint64 // tokens granted (from anywhere) to Withdraws that used this cell
+	dropped   atomic.Uint64 // deposits dropped whole, the balance being full
+	discarded atomic.Uint64 // units discarded above the cap by calls that used this cell
+	misses    atomic.Uint32 // failed compare-and-swaps on d, w and dropped, for re-seeding
+	fails     atomic.Uint32 // searches for room from this cell that failed in a row, since a withdrawal from it
+	_         [80]byte
+}
+
+// balance returns the cell's units. w is loaded first: d only grows, so a
+// compare-and-swap of that w that succeeds finds at least this balance.
+func (c *cell) balance() int64 {
+	w := c.w.Load()
+	return int64(c.d.Load() - w)
+}
+
+// take takes n units if the cell holds them.
+func (c *cell) take(n int64) bool {
+	for {
+		w := c.w.Load()
+		if int64(c.d.Load()-w) < n {
+			return false
+		}
+		if c.w.CompareAndSwap(w, w+uint64(n)) {
+			return true
+		}
+	}
+}
+
+// takeUpTo takes what the cell holds, up to n units, and returns it.
+func (c *cell) takeUpTo(n int64) int64 {
+	for {
+		w := c.w.Load()
+		y := min(int64(c.d.Load()-w), n)
+		if y <= 0 {
+			return 0
+		}
+		if c.w.CompareAndSwap(w, w+uint64(y)) {
+			return y
+		}
+	}
+}
+
+// shed moves out of the cell what it holds above limit, and returns it. It
+// never takes more than the excess: the balance it acts on is at most the
+// one the compare-and-swap finds.
+func (c *cell) shed(limit int64) int64 {
+	for {
+		w := c.w.Load()
+		x := int64(c.d.Load()-w) - limit
+		if x <= 0 {
+			return 0
+		}
+		if c.w.CompareAndSwap(w, w+uint64(x)) {
+			return x
+		}
+	}
+}
+
+// put moves up to x units into the cell, without taking it above limit,
+// and returns what did not fit. A deposit that lands between the room's
+// reading and the compare-and-swap could take the cell above limit: put
+// then moves that excess out again, and returns it with the rest.
+func (c *cell) put(x, limit int64) int64 {
+	for {
+		w := c.w.Load()
+		y := min(limit-int64(c.d.Load()-w), x)
+		if y <= 0 {
+			return x
+		}
+		if c.w.CompareAndSwap(w, w-uint64(y)) {
+			return x - y + c.shed(limit)
+		}
+	}
 }
 
 // New returns a Budget for cfg, with an empty balance and a full floor, or an
@@ -183,8 +330,14 @@ func New(cfg Config) (*Budget, error) {
 		return nil, err
 	}
 	b := &Budget{cfg: c}
-	b.unit = uint64(math.Ceil(depositUnits / c.Ratio))
-	b.capUnits = int64(c.MaxTokens) * int64(b.unit)
+	b.unit = int64(math.Ceil(depositUnits / c.Ratio))
+	b.capUnits = int64(c.MaxTokens) * b.unit
+	b.k = 1
+	for b.k*2 <= min(maxCells, c.MaxTokens) {
+		b.k *= 2
+	}
+	b.shift = 64 - uint(bits.TrailingZeros(uint(b.k)))
+	b.poolCap = b.capUnits - int64(b.k)*b.unit
 	if c.MinPerSecond > 0 {
 		b.floor = true
 		b.interval = int64(math.Ceil(1e9 / c.MinPerSecond))
@@ -202,32 +355,148 @@ func (b *Budget) Config() Config {
 	return b.cfg
 }
 
+// index returns the cell for a stack address under seed s.
+func (b *Budget) index(addr uintptr, s uint64) int {
+	return int(stripe.Hash(addr, s)>>b.shift) & (maxCells - 1)
+}
+
+// missed counts a failed compare-and-swap on cell c, used under seed s,
+// and re-seeds on the 8th and every power of two after.
+func (b *Budget) missed(c *cell, s uint64) {
+	if b.k == 1 {
+		return // nowhere to move to
+	}
+	if m := c.misses.Add(1); m >= firstReseed && m&(m-1) == 0 {
+		b.seed.CompareAndSwap(s, s+stripe.SeedStep)
+	}
+}
+
 // Deposit records one request: it adds Config.Ratio of a token to the
 // balance. Call it once per original request — not per attempt: if retries
-// deposited too, retries would fund retries. It is one atomic add; it never
-// reads the clock. On a nil Budget it does nothing.
+// deposited too, retries would fund retries. It never reads the clock. On
+// a nil Budget it does nothing.
 func (b *Budget) Deposit() {
 	if b == nil {
 		return
 	}
-	if d := b.deposited.Add(depositUnits); d&trimMask < depositUnits {
-		b.trim()
+	// The cell is picked by the address of a variable on the caller's
+	// stack. Deposit and Withdraw are small enough to be inlined, so that
+	// the calls of one function take their addresses from its frame, and
+	// usually pick one cell.
+	var probe byte
+	b.deposit(uintptr(unsafe.Pointer(&probe)))
+}
+
+func (b *Budget) deposit(addr uintptr) {
+	s := b.seed.Load()
+	i := b.index(addr, s)
+	c := &b.cells[i]
+	w := c.w.Load()
+	d := c.d.Load()
+	if int64(d-w) >= b.unit && (b.k == 1 || b.full.Load() != 0) {
+		// Everything is full (with one cell, a full cell is all there is):
+		// the deposit would be discarded whole.
+		if n := c.dropped.Load(); !c.dropped.CompareAndSwap(n, n+1) {
+			c.dropped.Add(1)
+			b.missed(c, s)
+		}
+		return
+	}
+	if !c.d.CompareAndSwap(d, d+depositUnits) {
+		d = c.d.Add(depositUnits) - depositUnits
+		b.missed(c, s)
+	}
+	if int64(d+depositUnits-c.w.Load()) > b.unit {
+		b.overflow(i)
 	}
 }
 
-// trim discards the balance above the cap; see Budget.
-func (b *Budget) trim() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for {
-		w := b.withdrawn.Load()
-		d := b.deposited.Load()
-		if int64(d-w) <= b.capUnits {
-			return
+// overflow moves cell i's excess over one token elsewhere, and discards
+// what fits nowhere.
+func (b *Budget) overflow(i int) {
+	c := &b.cells[i]
+	if x := c.shed(b.unit); x > 0 {
+		if x = b.place(i, x); x > 0 {
+			c.discarded.Add(uint64(x))
 		}
-		if next := d - uint64(b.capUnits); b.withdrawn.CompareAndSwap(w, next) {
-			b.discarded += next - w
-			return
+	}
+}
+
+// place puts x units, moved out of cell i, into the pool and then into the
+// other cells, each up to its cap, and returns what fits nowhere. Unless the
+// full hint says that there is no room, it searches the cells; when the
+// searches from cell i have failed failsToSetFull times in a row, it sets
+// the hint and searches once more. A Withdraw loads the hint after taking:
+// so the room it makes is either there for the second search to find, or
+// there with the hint set for the Withdraw to clear. A search that finds
+// room writes nothing shared but that room.
+func (b *Budget) place(i int, x int64) int64 {
+	if x = b.putPool(x); x == 0 || b.k == 1 || b.full.Load() != 0 {
+		return x
+	}
+	c := &b.cells[i]
+	if x = b.search(i, x); x == 0 {
+		if c.fails.Load() != 0 {
+			c.fails.Store(0)
+		}
+		return 0
+	}
+	if c.fails.Add(1) < failsToSetFull {
+		return x
+	}
+	b.full.Store(1)
+	if x = b.putPool(x); x > 0 {
+		x = b.search(i, x)
+	}
+	if x == 0 {
+		b.clearFull()
+	}
+	return x
+}
+
+// search puts up to x units into the cells other than i, each up to its
+// cap, and returns what did not fit.
+func (b *Budget) search(i int, x int64) int64 {
+	for j := 1; j < b.k && x > 0; j++ {
+		x = b.cells[(i+j)&(b.k-1)].put(x, b.unit)
+	}
+	return x
+}
+
+// clearFull clears the full hint if it is set: a withdrawal has made room.
+// It loads first, so that a healthy balance's withdrawals write nothing
+// shared.
+func (b *Budget) clearFull() {
+	if b.full.Load() != 0 {
+		b.full.Store(0)
+	}
+}
+
+// putPool puts up to x units into the pool, without taking it above its
+// cap, and returns what did not fit.
+func (b *Budget) putPool(x int64) int64 {
+	for {
+		p := b.pool.Load()
+		y := min(b.poolCap-p, x)
+		if y <= 0 {
+			return x
+		}
+		if b.pool.CompareAndSwap(p, p+y) {
+			return x - y
+		}
+	}
+}
+
+// takePoolUpTo takes what the pool holds, up to n units, and returns it.
+func (b *Budget) takePoolUpTo(n int64) int64 {
+	for {
+		p := b.pool.Load()
+		y := min(p, n)
+		if y <= 0 {
+			return 0
+		}
+		if b.pool.CompareAndSwap(p, p-y) {
+			return y
 		}
 	}
 }
@@ -243,43 +512,102 @@ func (b *Budget) Withdraw() bool {
 	if b == nil {
 		return true
 	}
+	var probe byte // see Deposit
+	return b.withdraw(uintptr(unsafe.Pointer(&probe)))
+}
+
+func (b *Budget) withdraw(addr uintptr) bool {
+	s := b.seed.Load()
+	i := b.index(addr, s)
+	c := &b.cells[i]
 	for {
-		// Load withdrawn first: deposited only grows, so a deposit that lands
-		// between the loads can only make the balance look smaller.
-		w := b.withdrawn.Load()
-		d := b.deposited.Load()
-		bal := int64(d - w)
-		if bal > b.capUnits {
-			if ok, done := b.withdrawOverCap(); done {
-				return ok
+		w := c.w.Load()
+		if int64(c.d.Load()-w) < b.unit {
+			return b.withdrawSlow(i)
+		}
+		if c.w.CompareAndSwap(w, w+uint64(b.unit)) {
+			if c.fails.Load() != 0 {
+				c.fails.Store(0)
 			}
-			continue
+			return b.granted(c)
 		}
-		if bal < int64(b.unit) {
-			return b.withdrawFloor()
-		}
-		if b.withdrawn.CompareAndSwap(w, w+b.unit) {
-			return true
-		}
+		b.missed(c, s)
 	}
 }
 
-// withdrawOverCap takes a token from a balance above the cap, discarding the
-// excess. It reports done = false if the balance is no longer above the cap.
-func (b *Budget) withdrawOverCap() (ok, done bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// granted counts a token granted from the balance to a Withdraw that used
+// cell c, and clears the full hint (after the taking: see place).
+func (b *Budget) granted(c *cell) bool {
+	c.grants.Add(1)
+	b.clearFull()
+	return true
+}
+
+// withdrawSlow is Withdraw when cell i holds less than a token: it takes
+// one from the pool, or another cell, or in pieces from all of them, or
+// else asks the floor.
+func (b *Budget) withdrawSlow(i int) bool {
+	own := &b.cells[i]
+	sum := max(own.balance(), 0)
 	for {
-		w := b.withdrawn.Load()
-		d := b.deposited.Load()
-		if int64(d-w) <= b.capUnits {
-			return false, false
+		p := b.pool.Load()
+		if p < b.unit {
+			sum += max(p, 0)
+			break
 		}
-		if next := d - uint64(b.capUnits) + b.unit; b.withdrawn.CompareAndSwap(w, next) {
-			b.discarded += next - w - b.unit
-			return true, true
+		if b.pool.CompareAndSwap(p, p-b.unit) {
+			return b.granted(own)
 		}
 	}
+	for j := 1; j < b.k; j++ {
+		o := &b.cells[(i+j)&(b.k-1)]
+		bal := o.balance()
+		if bal >= b.unit && o.take(b.unit) {
+			return b.granted(own)
+		}
+		sum += max(bal, 0)
+	}
+	if sum >= b.unit && b.gather(i) {
+		return b.granted(own)
+	}
+	return b.withdrawFloor()
+}
+
+// gather takes a token in pieces, from cell i, the pool and the other
+// cells. If they no longer add up to a token (calls in flight took from
+// them), it puts the pieces back and reports false.
+func (b *Budget) gather(i int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var got [maxCells]int64 // by cell
+	need := b.unit
+	fromPool := int64(0)
+	for j := 0; j < b.k && need > 0; j++ {
+		k := (i + j) & (b.k - 1)
+		got[k] = b.cells[k].takeUpTo(need)
+		need -= got[k]
+		if j == 0 && need > 0 {
+			fromPool = b.takePoolUpTo(need)
+			need -= fromPool
+		}
+	}
+	if need == 0 {
+		return true
+	}
+	// Put the pieces back where they came from; what deposits in flight
+	// have filled the room of goes elsewhere, or is discarded.
+	rest := b.putPool(fromPool)
+	for k := range b.k {
+		if got[k] > 0 {
+			rest += b.cells[k].put(got[k], b.unit)
+		}
+	}
+	if rest > 0 {
+		if rest = b.place(i, rest); rest > 0 {
+			b.cells[i].discarded.Add(uint64(rest))
+		}
+	}
+	return false
 }
 
 // withdrawFloor is Withdraw when the ratio balance is empty.
@@ -346,20 +674,28 @@ type Snapshot struct {
 
 // Snapshot returns the budget's counters. Under concurrent use they are read
 // one after the other, not at one instant, and may be off by the calls in
-// flight. A nil Budget returns the zero Snapshot.
+// flight; Deposits and Withdrawals never go back from one Snapshot to the
+// next. A nil Budget returns the zero Snapshot.
 func (b *Budget) Snapshot() Snapshot {
 	if b == nil {
 		return Snapshot{}
 	}
-	b.mu.Lock()
-	w := b.withdrawn.Load()
-	d := b.deposited.Load()
-	discarded := b.discarded
-	b.mu.Unlock()
-	bal := min(int64(d-w), b.capUnits)
+	// Deposits and Withdrawals are sums of counters that only grow, so
+	// that they never go back; the balance, which units in flight between
+	// cells can make look low for a moment, is only a gauge.
+	var deposited, dropped, grants uint64
+	var bal int64
+	for k := range b.k {
+		c := &b.cells[k]
+		bal += c.balance()
+		deposited += c.d.Load()
+		dropped += c.dropped.Load()
+		grants += c.grants.Load()
+	}
+	bal = min(max(bal+b.pool.Load(), 0), b.capUnits)
 	return Snapshot{
-		Deposits:    d / depositUnits,
-		Withdrawals: (w-discarded)/b.unit + b.floorWins.Load(),
+		Deposits:    deposited/depositUnits + dropped,
+		Withdrawals: grants + b.floorWins.Load(),
 		Refused:     b.refused.Load(),
 		Balance:     float64(bal) / float64(b.unit),
 	}

@@ -3,6 +3,7 @@ package budget_test
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -583,5 +584,101 @@ func TestBudgetListenerAllocs(t *testing.T) {
 	}
 	if n < 90 {
 		t.Fatalf("%d events", n)
+	}
+}
+
+// sink keeps deepen's padding alive.
+var sink atomic.Int64
+
+// deepen calls f n frames further down the stack, each frame with 512
+// bytes of its own, so that calls made at different depths are made from
+// different 2 KiB blocks of the stack, which the budget may map to
+// different cells.
+//
+//go:noinline
+func deepen(n int, f func()) {
+	var pad [512]byte
+	pad[n&511] = byte(n)
+	if n > 0 {
+		deepen(n-1, f)
+	} else {
+		f()
+	}
+	sink.Add(int64(pad[(n*7)&511]))
+}
+
+// The striped balance is invisible to one goroutine: with deposits and
+// withdrawals made from random call depths (so from cells that change from
+// call to call, as when a goroutine's stack moves), the budget matches the
+// plain fixed-point model exactly, withdrawal by withdrawal.
+func TestCallDepthsDoNotMatter(t *testing.T) {
+	for _, cfg := range []budget.Config{noFloor(0.5, 10), noFloor(0.1, 20), noFloor(1, 3), noFloor(1.0/3, 8)} {
+		b := mustNew(t, cfg)
+		rng := rand.New(rand.NewPCG(1, uint64(cfg.MaxTokens)))
+		unit := int64(math.Ceil(1000 / cfg.Ratio))
+		capUnits := int64(cfg.MaxTokens) * unit
+		var bal int64
+		var deposits, granted uint64
+		for i := range 5000 {
+			// Runs of deposits and of withdrawals, so that the balance
+			// goes from empty to full and back.
+			deposit := (i/200)%2 == 0 && rng.IntN(10) < 9 || (i/200)%2 == 1 && rng.IntN(10) < 2
+			deepen(rng.IntN(24), func() {
+				if deposit {
+					b.Deposit()
+					bal = min(bal+1000, capUnits)
+					deposits++
+					return
+				}
+				want := bal >= unit
+				if got := b.Withdraw(); got != want {
+					t.Fatalf("%+v, call %d: Withdraw = %v with %d units in the model", cfg, i, got, bal)
+				}
+				if want {
+					bal -= unit
+					granted++
+				}
+			})
+			want := budget.Snapshot{Deposits: deposits, Withdrawals: granted, Refused: uint64(i+1) - deposits - granted,
+				Balance: float64(bal) / float64(unit)}
+			if s := b.Snapshot(); s != want {
+				t.Fatalf("%+v, call %d: Snapshot %+v, model %+v", cfg, i, s, want)
+			}
+		}
+		if granted < 50 || deposits < 1000 {
+			t.Errorf("%+v: %d deposits, %d granted: the workload did not exercise the budget", cfg, deposits, granted)
+		}
+	}
+}
+
+// A healthy balance under a retry storm from several goroutines, each
+// making a request and a retry (the bench module's BenchmarkBudget): with
+// Ratio 1, every retry has the token its own request deposited, and is
+// granted, from the ratio balance alone.
+func TestConcurrentRequestAndRetry(t *testing.T) {
+	b := mustNew(t, noFloor(1, 10))
+	for range 100 {
+		b.Deposit()
+	}
+	const goroutines, perG = 4, 20_000
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range perG {
+				b.Deposit()
+				if !b.Withdraw() {
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s := b.Snapshot()
+	if refused.Load() != 0 || s.Withdrawals != goroutines*perG || s.Deposits != 100+goroutines*perG {
+		t.Errorf("%d refused; Snapshot %+v", refused.Load(), s)
+	}
+	if s.Balance > 10 {
+		t.Errorf("balance %v, above the cap", s.Balance)
 	}
 }

@@ -33,8 +33,10 @@
 //
 // The design is Finagle's RetryBudget: each request deposits Ratio of a token,
 // each retry withdraws a whole one, in fixed point (a deposit is 1000 units, a
-// token 1000/Ratio). Deposit is one atomic add and never reads the clock, so
-// it can sit on every request. Finagle's deposits expire by age (they are
+// token 1000/Ratio). Deposit is one compare-and-swap, usually on a cache line
+// of the caller's own (the balance is striped over up to eight cells and a
+// pool; see Budget), and never reads the clock, so it can sit on every
+// request. Finagle's deposits expire by age (they are
 // kept for a TTL, ten seconds by default), so its balance is Ratio times the
 // requests of the last TTL. Here tokens expire by the cap instead: the
 // balance never holds more than Config.MaxTokens (ten by default), however
@@ -43,7 +45,9 @@
 //
 //	retries ≤ Ratio·requests + MaxTokens + MinPerSecond·seconds + max(1, MinPerSecond)
 //
-// where the last two terms are the floor (below). The difference from
+// where the last two terms are the floor (below). The bound is exact for
+// calls that do not overlap in time; calls in flight at the same moment can
+// move it by a deposit or two. The difference from
 // Finagle: after a busy period, Finagle's client may spend Ratio times the
 // last TTL's requests at once (a thousand retries for a client that made ten
 // thousand requests in ten seconds), and a token deposited just before a

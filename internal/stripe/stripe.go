@@ -107,3 +107,18 @@ func (c *Counter) Load() uint64 {
 	}
 	return s
 }
+
+// SeedStep is what a re-seed adds to a seed given to Hash (Counter's own
+// re-seed adds the same): the next multiplier, under which blocks that
+// shared a cell share one again only by chance.
+const SeedStep = seedStep
+
+// Hash returns the 64-bit product whose top bits pick a cell for a stack
+// address under a seed, as Counter.Add does: with 1<<bits cells, the cell is
+// Hash(addr, seed) >> (64 - bits). It is for other striped structures (a
+// striped balance, say) that want Counter's spreading of goroutine stacks,
+// with a seed of their own that they re-seed by adding SeedStep. See cellOf
+// for the choice of multiplier.
+func Hash(addr uintptr, seed uint64) uint64 {
+	return uint64(addr>>11) * (mult + seed)
+}
