@@ -92,6 +92,16 @@ var grpcClients = []struct {
 		}
 		return []grpc.DialOption{grpc.WithChainUnaryInterceptor(noop)}
 	}},
+	{"trailer-only", func(testing.TB) []grpc.DialOption {
+		// What any interceptor that honours the server's pushback must do
+		// at least: ask for the trailer, where grpc-retry-pushback-ms
+		// comes.
+		trailer := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			var md metadata.MD
+			return invoker(ctx, method, req, reply, cc, append(opts, grpc.Trailer(&md))...)
+		}
+		return []grpc.DialOption{grpc.WithChainUnaryInterceptor(trailer)}
+	}},
 	{"watertight", func(tb testing.TB) []grpc.DialOption {
 		// A breaker and a bulkhead per method with the default configs
 		// (the bulkhead sized to never be full here), the default retry
