@@ -142,3 +142,62 @@ func BenchmarkFullListener(b *testing.B) {
 	})
 	bh.Release()
 }
+
+// BenchmarkFullStriped is the rejection of a full bulkhead that does not
+// wait, with its permits striped over eight cells (BenchmarkFull has one).
+func BenchmarkFullStriped(b *testing.B) {
+	ctx := context.Background()
+	full := func(b *testing.B) *bulkhead.Bulkhead {
+		bh := newBench(b, bulkhead.Config{MaxConcurrent: 8})
+		for range 8 {
+			if !bh.TryAcquire() {
+				b.Fatal("TryAcquire failed on a bulkhead not full")
+			}
+		}
+		b.Cleanup(func() {
+			for range 8 {
+				bh.Release()
+			}
+		})
+		return bh
+	}
+	b.Run("sequential", func(b *testing.B) {
+		bh := full(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			if bh.Acquire(ctx) == nil {
+				b.Fatal("acquired a full bulkhead")
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		bh := full(b)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if bh.TryAcquire() {
+					b.Error("acquired a full bulkhead")
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkEnterExit is the Policy form on the fast path: Exit gives the
+// permit back to the cell named by Enter's ticket.
+func BenchmarkEnterExit(b *testing.B) {
+	ctx := context.Background()
+	bh := newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c, tk, err := bh.Enter(ctx)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_ = bh.Exit(c, tk, nil)
+		}
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/internal/stripe"
@@ -89,27 +90,32 @@ func (cfg Config) validate(typ string) error {
 // so in Enter and Exit.
 //
 // Taking and giving back a permit when nobody waits costs a few atomic
-// operations and no allocation; only a caller that must wait takes a mutex
-// and joins a first-come, first-served queue.
+// operations on a cache line that goroutines on other cores rarely touch (the
+// permits are striped over per-core cells: see state.go), and no allocation;
+// only a caller that must wait takes a mutex and joins a first-come,
+// first-served queue.
 //
 // A Bulkhead is safe for concurrent use. Build it with New: the zero value
 // has no permits, so every Acquire fails with ErrFull.
 type Bulkhead struct {
 	// Read-mostly fields, read on every call.
-	waiting atomic.Int64 // callers in the queue; changed only under mu
+	waiting atomic.Int64  // callers in the queue; changed only under mu
+	seed    atomic.Uint64 // picks the goroutines' cells; moved on by missed
+	cells   []cell        // the permits, striped: see state.go
+	shift   uint          // stripe.Hash >> shift is a cell index
 	max     uint64
 	maxWait time.Duration
-	errFull error    // ErrFull, labelled with the name
-	_       [64]byte // whatever the allocation's alignment, state shares no line with the above
+	errFull error // ErrFull, labelled with the name
 
-	// Written by every Acquire and Release: a cache line of its own, so that
-	// reading the fields above never misses because another core just
-	// changed it.
-	state atomic.Uint64 // permits held (low bits) and fast acquisitions (high bits): see state.go
-	_     [64]byte
+	// The full hint: set when an acquirer found every cell full, cleared by
+	// every Release that finds it set (see tryOthers). Written only on those
+	// transitions, on a line of its own, so that the full path reads it
+	// without reading every cell, and the success path never writes it.
+	_        [64]byte
+	fullHint atomic.Uint32
+	_        [64]byte
 
 	rejected     stripe.Counter
-	wraps        atomic.Uint64 // see state.go
 	acquiredSlow atomic.Uint64 // permits handed to waiters that kept them
 	canceled     atomic.Uint64
 
@@ -128,6 +134,7 @@ type waiter struct {
 	next, prev *waiter
 	ready      chan struct{}
 	granted    bool
+	cell       int // the cell the granted permit is counted in
 }
 
 // New returns a Bulkhead for cfg. It fails, naming the field and the rule,
@@ -145,7 +152,10 @@ func newBulkhead(cfg Config) *Bulkhead {
 	if n == 0 {
 		n = DefaultMaxConcurrent
 	}
+	cells, shift := newCells(uint64(n))
 	return &Bulkhead{
+		cells:    cells,
+		shift:    shift,
 		max:      uint64(n),
 		maxWait:  cfg.MaxWait,
 		name:     cfg.Name,
@@ -195,12 +205,24 @@ const source = "bulkhead"
 //
 // Every successful Acquire must be followed by exactly one Release.
 func (b *Bulkhead) Acquire(ctx context.Context) error {
-	if b.tryFast() {
-		return nil
+	// The cell is picked from the caller's stack (see state.go). Acquire,
+	// TryAcquire and Release are small enough to be inlined, so that the
+	// calls of one function take their addresses from its frame, and
+	// usually pick one cell.
+	var probe byte
+	_, err := b.acquire(ctx, uintptr(unsafe.Pointer(&probe)))
+	return err
+}
+
+// acquire is Acquire for the goroutine whose stack holds addr. It returns
+// the cell the permit is counted in.
+func (b *Bulkhead) acquire(ctx context.Context, addr uintptr) (int, error) {
+	if i := b.tryFast(addr); i >= 0 {
+		return i, nil
 	}
 	if b.maxWait == 0 {
 		b.rejected.Add(1)
-		return b.fullEvent(b.full(), reasonNoWait)
+		return -1, b.fullEvent(b.full(), reasonNoWait)
 	}
 	return b.wait(ctx)
 }
@@ -209,7 +231,13 @@ func (b *Bulkhead) Acquire(ctx context.Context) error {
 // reports whether it did. It never waits. A false result counts as a
 // rejection in the Snapshot.
 func (b *Bulkhead) TryAcquire() bool {
-	if b.tryFast() {
+	var probe byte // see Acquire
+	return b.tryAcquire(uintptr(unsafe.Pointer(&probe)))
+}
+
+// tryAcquire is TryAcquire for the goroutine whose stack holds addr.
+func (b *Bulkhead) tryAcquire(addr uintptr) bool {
+	if b.tryFast(addr) >= 0 {
 		return true
 	}
 	b.rejected.Add(1)
@@ -219,21 +247,86 @@ func (b *Bulkhead) TryAcquire() bool {
 	return false
 }
 
-// tryFast takes a free permit when nobody is queued: checking waiting first
-// keeps newcomers from overtaking queued waiters.
-func (b *Bulkhead) tryFast() bool {
+// tryFast takes a free permit when nobody is queued, and returns the cell it
+// is counted in, or -1. Checking waiting first keeps newcomers from
+// overtaking queued waiters. It tries the cell of the goroutine whose stack
+// holds addr, then, unless the full hint is set, the others.
+func (b *Bulkhead) tryFast(addr uintptr) int {
 	if b.waiting.Load() != 0 {
-		return false
+		return -1
 	}
+	seed := b.seed.Load()
+	i := b.index(addr, seed)
+	if i >= uint64(len(b.cells)) { // the zero Bulkhead
+		return -1
+	}
+	c := &b.cells[i]
 	for {
-		s := b.state.Load()
-		if s&activeMask >= b.max {
-			return false
+		s := c.state.Load()
+		if s&activeMask >= c.share {
+			break
 		}
 		// One CAS takes the permit and counts the acquisition.
-		if b.state.CompareAndSwap(s, s+acquiredOne+1) {
+		if c.state.CompareAndSwap(s, s+acquiredOne+1) {
 			if crossesWrapBit(s) {
-				b.wraps.Add(1)
+				c.wraps.Add(1)
+			}
+			return int(i)
+		}
+		b.missed(c, seed)
+	}
+	if len(b.cells) == 1 || b.fullHint.Load() != 0 {
+		return -1
+	}
+	return b.tryOthers(int(i))
+}
+
+// tryOthers takes a permit in a cell other than i, which was full. When
+// every cell is full it sets the full hint, so that the next acquirers whose
+// cell is full reject without a scan, and then looks at every cell once more.
+//
+// Why the hint never hides a free permit for longer than the race of the
+// calls that made it. A releaser gives back its permit in a cell and then
+// loads the hint, clearing it if set; here the hint is stored and then every
+// cell loaded. Go's atomics are sequentially consistent: either the
+// releaser's load comes after the store and it clears the hint, or it comes
+// before, and then so does its permit's return, which the second scan sees
+// (unless another acquirer has taken the permit since). If the second scan
+// finds room, the hint is cleared, since other permits may have come back
+// unseen as well.
+//
+//go:noinline
+func (b *Bulkhead) tryOthers(i int) int {
+	mask := len(b.cells) - 1
+	for j := 1; j <= mask; j++ {
+		if b.take((i+j)&mask, acquiredOne+1) {
+			return (i + j) & mask
+		}
+	}
+	b.fullHint.Store(1)
+	for j := range b.cells {
+		if c := &b.cells[j]; c.state.Load()&activeMask < c.share {
+			b.fullHint.Store(0)
+			if b.take(j, acquiredOne+1) {
+				return j
+			}
+		}
+	}
+	return -1
+}
+
+// take adds add (a permit, and an acquisition or not) to cell j if it has
+// room, and reports whether it did.
+func (b *Bulkhead) take(j int, add uint64) bool {
+	c := &b.cells[j]
+	for {
+		s := c.state.Load()
+		if s&activeMask >= c.share {
+			return false
+		}
+		if c.state.CompareAndSwap(s, s+add) {
+			if add != 1 && crossesWrapBit(s) {
+				c.wraps.Add(1)
 			}
 			return true
 		}
@@ -245,26 +338,108 @@ func (b *Bulkhead) tryFast() bool {
 // Release without Acquire that comes while others hold permits cannot be told
 // apart from theirs and steals one of them.
 func (b *Bulkhead) Release() {
-	if b.state.Add(^uint64(0))&activeMask == activeMask { // the permit count went below zero
-		b.state.Add(1)
-		panic("bulkhead: Release without Acquire")
+	var probe byte // see Acquire
+	b.releaseAt(uintptr(unsafe.Pointer(&probe)))
+}
+
+// releaseAt is Release for the goroutine whose stack holds addr.
+func (b *Bulkhead) releaseAt(addr uintptr) {
+	b.release(b.index(addr, b.seed.Load()))
+}
+
+// release gives back a permit, from cell i if it holds one (i may be out of
+// range), else from any cell that does.
+func (b *Bulkhead) release(i uint64) {
+	if i >= uint64(len(b.cells)) || !b.dec(&b.cells[i]) {
+		b.releaseElsewhere(int(i & (maxCells - 1)))
 	}
-	// The lost wakeup, and why it cannot happen. A releaser (here) counts
-	// its permit back and then loads waiting; a waiter (wait), under
-	// mu, adds itself to waiting and then, in handoffLocked, loads the
-	// permit count. Go's atomics are sequentially consistent, so these four
-	// operations happen in one order that both sides agree on. Either the
-	// releaser's load of waiting comes after the waiter's increment and sees
-	// it: the releaser then takes mu, which it gets only after the waiter
-	// has queued (both of the waiter's steps run under mu), and hands the
-	// permit over. Or it comes before: then the waiter's load of the permit
-	// count comes after the releaser gave its permit back and sees it free,
-	// and the waiter hands it to the front of the queue, possibly itself.
-	// Both may happen; the CAS in handoffLocked and mu make sure the permit
-	// is given once. A waiter whose wait is cut short gives back under mu
-	// any permit it was handed, then hands it on (giveUp).
+	if b.fullHint.Load() != 0 { // a permit is free: see tryOthers
+		b.fullHint.Store(0)
+	}
+	// The lost wakeup, and why it cannot happen. A releaser (here) gives
+	// its permit back to a cell and then loads waiting; a waiter (wait),
+	// under mu, adds itself to waiting and then, in handoffLocked, loads
+	// the cells one by one. Go's atomics are sequentially consistent, so
+	// these operations happen in one order that both sides agree on. Either
+	// the releaser's load of waiting comes after the waiter's increment and
+	// sees it: the releaser then takes mu, which it gets only after the
+	// waiter has queued (both of the waiter's steps run under mu), and hands
+	// the permit over. Or it comes before: then the waiter's load of the
+	// releaser's cell comes after the releaser gave its permit back and sees
+	// it free, and the waiter hands it to the front of the queue, possibly
+	// itself. Both may happen; the CAS in handoffLocked and mu make sure the
+	// permit is given once. A waiter whose wait is cut short gives back
+	// under mu any permit it was handed, then hands it on (giveUp).
 	if b.waiting.Load() != 0 {
 		b.releaseSlow()
+	}
+}
+
+// dec takes one permit out of c if it holds one, and reports whether it
+// did. A cell never goes below zero.
+func (b *Bulkhead) dec(c *cell) bool {
+	for {
+		s := c.state.Load()
+		if s&activeMask == 0 {
+			return false
+		}
+		if c.state.CompareAndSwap(s, s-1) {
+			return true
+		}
+		b.missed(c, b.seed.Load())
+	}
+}
+
+// releaseElsewhere gives back a permit from the cells after i, i last (it
+// held none, or is not a cell), and panics when no permit is held at all.
+//
+//go:noinline
+func (b *Bulkhead) releaseElsewhere(i int) {
+	mask := len(b.cells) - 1
+	for j := 1; j <= len(b.cells); j++ {
+		if b.dec(&b.cells[(i+j)&mask]) {
+			return
+		}
+	}
+	b.mu.Lock()
+	ok := b.releaseAnyLocked()
+	b.mu.Unlock()
+	if !ok {
+		panic("bulkhead: Release without Acquire")
+	}
+}
+
+// releaseAnyLocked gives back a permit from any cell, and reports false when
+// no permit is held. b.mu is held.
+//
+// A scan of the cells that finds them all empty does not show that no permit
+// is held: while it runs, permits may move from cells not yet scanned to
+// cells already scanned (a Release from one cell, an acquisition in
+// another). So it reads the cells twice: with mu held no permit is handed to
+// a waiter, and the other changes of a state word (an acquisition adds to
+// its count, a Release subtracts a permit) never bring it back to a value it
+// had, so two equal reads of every cell show values they all held at once,
+// between the two reads.
+func (b *Bulkhead) releaseAnyLocked() bool {
+	var first [maxCells]uint64
+	for {
+		for j := range b.cells {
+			if b.dec(&b.cells[j]) {
+				return true
+			}
+		}
+		for j := range b.cells {
+			first[j] = b.cells[j].state.Load()
+		}
+		same, held := true, uint64(0)
+		for j := range b.cells {
+			s := b.cells[j].state.Load()
+			same = same && s == first[j]
+			held += s & activeMask
+		}
+		if same && held == 0 {
+			return false
+		}
 	}
 }
 
@@ -276,8 +451,8 @@ func (b *Bulkhead) releaseSlow() {
 }
 
 // wait queues for a permit when none could be taken at once and MaxWait is
-// not zero.
-func (b *Bulkhead) wait(ctx context.Context) error {
+// not zero. It returns the cell the permit is counted in.
+func (b *Bulkhead) wait(ctx context.Context) (int, error) {
 	done := ctx.Done()
 	if done != nil {
 		select {
@@ -285,20 +460,20 @@ func (b *Bulkhead) wait(ctx context.Context) error {
 			// The context ended before the call: fail even if a permit
 			// has become free since, as x/sync's semaphore does.
 			b.canceled.Add(1)
-			return b.fullEvent(b.stopped(ctx), reasonStopped)
+			return -1, b.fullEvent(b.stopped(ctx), reasonStopped)
 		default:
 		}
 	}
 
 	w := &waiter{ready: make(chan struct{})}
 	b.mu.Lock()
-	b.waiting.Add(1) // before handoffLocked loads the permit count: see Release
+	b.waiting.Add(1) // before handoffLocked loads the cells: see Release
 	b.pushLocked(w)
 	b.handoffLocked() // a permit freed since the fast path failed goes to the front
 	if w.granted {
 		b.mu.Unlock()
 		b.acquiredSlow.Add(1)
-		return nil
+		return w.cell, nil
 	}
 	b.mu.Unlock()
 
@@ -311,26 +486,27 @@ func (b *Bulkhead) wait(ctx context.Context) error {
 	select {
 	case <-w.ready:
 		// Granted. If ctx ended as well, prefer failing, and pass the
-		// permit on.
+		// permit on. (w.cell was written under mu before ready was
+		// closed.)
 		if done != nil {
 			select {
 			case <-done:
 				b.canceled.Add(1)
-				b.Release()
-				return b.fullEvent(b.stopped(ctx), reasonStopped)
+				b.release(uint64(w.cell))
+				return -1, b.fullEvent(b.stopped(ctx), reasonStopped)
 			default:
 			}
 		}
 		b.acquiredSlow.Add(1)
-		return nil
+		return w.cell, nil
 	case <-done:
 		b.giveUp(w)
 		b.canceled.Add(1)
-		return b.fullEvent(b.stopped(ctx), reasonStopped)
+		return -1, b.fullEvent(b.stopped(ctx), reasonStopped)
 	case <-expired:
 		b.giveUp(w)
 		b.rejected.Add(1)
-		return b.fullEvent(b.full(), reasonTimedOut)
+		return -1, b.fullEvent(b.full(), reasonTimedOut)
 	}
 }
 
@@ -364,7 +540,14 @@ func (b *Bulkhead) full() error {
 func (b *Bulkhead) giveUp(w *waiter) {
 	b.mu.Lock()
 	if w.granted {
-		b.state.Add(^uint64(0)) // give the permit back: it was never Acquire's
+		// Give the permit back: it was never Acquire's. (If no cell holds
+		// one, a Release without Acquire has already taken it back.)
+		if !b.dec(&b.cells[w.cell]) {
+			b.releaseAnyLocked()
+		}
+		if b.fullHint.Load() != 0 {
+			b.fullHint.Store(0)
+		}
 	} else {
 		b.removeLocked(w)
 		b.waiting.Add(-1)
@@ -378,18 +561,21 @@ func (b *Bulkhead) giveUp(w *waiter) {
 // handoffLocked grants free permits to waiters, oldest first. b.mu is held.
 func (b *Bulkhead) handoffLocked() {
 	for w := b.head; w != nil; w = b.head {
-		s := b.state.Load()
-		if s&activeMask >= b.max {
-			return
-		}
+		j := 0
 		// The permit only: the acquisition is counted by the waiter if it
 		// keeps it (acquiredSlow), so a cancelled wait counts as cancelled.
-		if !b.state.CompareAndSwap(s, s+1) {
-			continue // a caller that read waiting == 0 before we queued took it; look again
+		// A cell without room may be one whose permit a caller that read
+		// waiting == 0 before we queued took: the next is looked at.
+		for j < len(b.cells) && !b.take(j, 1) {
+			j++
+		}
+		if j == len(b.cells) {
+			return
 		}
 		b.removeLocked(w)
 		b.waiting.Add(-1)
 		w.granted = true
+		w.cell = j
 		close(w.ready)
 	}
 }
@@ -444,41 +630,60 @@ type Snapshot struct {
 
 // Snapshot returns the bulkhead's current state and totals.
 func (b *Bulkhead) Snapshot() Snapshot {
-	wraps := b.wraps.Load() // before state: see acquiredTotal
-	s := b.state.Load()
-	active := int(s & activeMask)
-	avail := int(b.max) - active
+	var active, acquired uint64
+	for i := range b.cells {
+		c := &b.cells[i]
+		wraps := c.wraps.Load() // before state: see acquiredTotal
+		s := c.state.Load()
+		active += s & activeMask
+		acquired += acquiredTotal(wraps, s)
+	}
+	avail := int(b.max) - int(active)
 	if avail < 0 {
 		avail = 0
 	}
 	return Snapshot{
 		Name:          b.name,
 		MaxConcurrent: int(b.max),
-		Active:        active,
+		Active:        int(active),
 		Waiting:       int(b.waiting.Load()),
 		Available:     avail,
 		Rejected:      b.rejected.Load(),
-		Acquired:      acquiredTotal(wraps, s) + b.acquiredSlow.Load(),
+		Acquired:      acquired + b.acquiredSlow.Load(),
 		Canceled:      b.canceled.Load(),
 	}
 }
 
 // idle reports whether nobody holds or waits for a permit.
-func (b *Bulkhead) idle() bool { return b.state.Load()&activeMask == 0 && b.waiting.Load() == 0 }
+func (b *Bulkhead) idle() bool {
+	for i := range b.cells {
+		if b.cells[i].state.Load()&activeMask != 0 {
+			return false
+		}
+	}
+	return b.waiting.Load() == 0
+}
 
 // Enter is Acquire in the form of a watertight.Policy: it returns ctx
-// unchanged and an empty ticket, or Acquire's error.
+// unchanged and a ticket whose Seq says which cell the permit is counted in,
+// so that Exit gives it back there; or Acquire's error.
 func (b *Bulkhead) Enter(ctx context.Context) (context.Context, watertight.Ticket, error) {
-	if err := b.Acquire(ctx); err != nil {
+	var probe byte // see Acquire
+	i, err := b.acquire(ctx, uintptr(unsafe.Pointer(&probe)))
+	if err != nil {
 		return ctx, watertight.Ticket{}, err
 	}
-	return ctx, watertight.Ticket{}, nil
+	return ctx, watertight.Ticket{Seq: uint64(i) + 1}, nil
 }
 
 // Exit is Release in the form of a watertight.Policy: it returns err
 // unchanged.
-func (b *Bulkhead) Exit(_ context.Context, _ watertight.Ticket, err error) error {
-	b.Release()
+func (b *Bulkhead) Exit(_ context.Context, t watertight.Ticket, err error) error {
+	if t.Seq == 0 { // not a ticket of Enter: give back as Release does
+		b.Release()
+		return err
+	}
+	b.release(t.Seq - 1)
 	return err
 }
 

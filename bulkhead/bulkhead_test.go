@@ -832,3 +832,118 @@ func TestBulkheadListenerAllocs(t *testing.T) {
 		t.Fatalf("%d events", n.Load())
 	}
 }
+
+// TestMixedConcurrent runs goroutines that mix every way of taking a permit
+// (Enter and Exit, Acquire and Release, TryAcquire, waits that time out,
+// waits cut short by a cancelled context or a deadline) against bulkheads
+// whose permits are striped over several cells, evenly or not. It checks
+// that no more than MaxConcurrent permits are ever held, that every call is
+// counted once, and that everything drains.
+func TestMixedConcurrent(t *testing.T) {
+	for _, limit := range []int{2, 8, 13, 20} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const (
+					workers = 24
+					ops     = 200
+				)
+				b := mustNew(t, bulkhead.Config{MaxConcurrent: limit, MaxWait: 3 * time.Millisecond})
+				var inflight, peak, ok, failed atomic.Int64
+				hold := func(rng *rand.Rand) {
+					recordPeak(&peak, inflight.Add(1))
+					if rng.IntN(4) == 0 {
+						time.Sleep(time.Duration(rng.IntN(1000)) * time.Microsecond) // work, on the virtual clock
+					} else {
+						runtime.Gosched()
+					}
+					inflight.Add(-1)
+					ok.Add(1)
+				}
+				fail := func(err error) {
+					if !errors.Is(err, bulkhead.ErrFull) {
+						t.Errorf("error %v does not match ErrFull", err)
+					}
+					failed.Add(1)
+				}
+				var wg sync.WaitGroup
+				for w := range workers {
+					wg.Go(func() {
+						rng := rand.New(rand.NewPCG(uint64(w), uint64(limit)))
+						for range ops {
+							switch rng.IntN(5) {
+							case 0: // the Policy form
+								ctx, tk, err := b.Enter(context.Background())
+								if err != nil {
+									fail(err)
+									continue
+								}
+								hold(rng)
+								_ = b.Exit(ctx, tk, nil)
+							case 1:
+								if err := b.Acquire(context.Background()); err != nil {
+									fail(err)
+									continue
+								}
+								hold(rng)
+								b.Release()
+							case 2:
+								if !b.TryAcquire() {
+									failed.Add(1)
+									continue
+								}
+								hold(rng)
+								b.Release()
+							case 3: // cancelled at once, or while it may be waiting
+								ctx, cancel := context.WithCancel(context.Background())
+								if rng.IntN(2) == 0 {
+									cancel()
+								} else {
+									go func() { runtime.Gosched(); cancel() }()
+								}
+								err := b.Acquire(ctx)
+								if err != nil {
+									fail(err)
+									cancel()
+									continue
+								}
+								hold(rng)
+								b.Release()
+								cancel()
+							case 4: // a deadline shorter than MaxWait, held by Enter
+								ctx, cancel := context.WithTimeout(context.Background(), time.Duration(rng.IntN(2000))*time.Microsecond)
+								ctx, tk, err := b.Enter(ctx)
+								if err != nil {
+									fail(err)
+									cancel()
+									continue
+								}
+								hold(rng)
+								_ = b.Exit(ctx, tk, nil)
+								cancel()
+							}
+						}
+					})
+				}
+				wg.Wait()
+				synctest.Wait()
+				s := b.Snapshot()
+				if p := peak.Load(); p > int64(limit) || p == 0 {
+					t.Fatalf("peak in flight = %d, want 1..%d", p, limit)
+				}
+				if s.Active != 0 || s.Waiting != 0 || s.Available != limit {
+					t.Fatalf("after the run: %+v; want every permit back", s)
+				}
+				if got, want := s.Acquired+s.Rejected+s.Canceled, uint64(workers*ops); got != want {
+					t.Fatalf("Acquired %d + Rejected %d + Canceled %d = %d, want %d", s.Acquired, s.Rejected, s.Canceled, got, want)
+				}
+				if s.Acquired != uint64(ok.Load()) || s.Rejected+s.Canceled != uint64(failed.Load()) {
+					t.Fatalf("snapshot %+v; seen %d acquired, %d failed", s, ok.Load(), failed.Load())
+				}
+				if s.Canceled == 0 || s.Rejected == 0 {
+					t.Fatalf("snapshot %+v: the run should have had both cancellations and rejections", s)
+				}
+				t.Logf("peak %d, acquired %d, rejected %d, canceled %d", peak.Load(), s.Acquired, s.Rejected, s.Canceled)
+			})
+		})
+	}
+}

@@ -11,8 +11,10 @@
 // [Config].MaxConcurrent permits are held, a new call is refused at once with
 // [ErrFull], or waits for a permit up to [Config].MaxWait, first come, first
 // served. Taking and giving back a permit when nobody waits costs a few
-// atomic operations and no allocation, and refusing costs two atomic loads
-// and a counter increment, so it can sit on every call. A Bulkhead is a [watertight.Policy]: put it in
+// atomic operations and no allocation, and refusing costs three or four
+// atomic loads and a counter increment, so it can sit on every call. The
+// permits are striped over per-core cells, so goroutines on different cores
+// rarely touch the same cache line. A Bulkhead is a [watertight.Policy]: put it in
 // a pipeline, inside the circuit breaker and outside the attempt timeout:
 //
 //	fallback → total deadline → retry | hedge → breaker → bulkhead → attempt timeout → call
