@@ -96,7 +96,7 @@ func (c *Counter) Add(n uint64) {
 // a cell.) Another seed gives another multiplier, under which two blocks
 // that shared a cell share one again about as often as any two blocks do.
 func cellOf(addr uintptr, seed uint64) uint64 {
-	return uint64(addr>>11) * (mult + seed) >> (64 - cellBits)
+	return Hash(addr, seed) >> (64 - cellBits)
 }
 
 // Load returns the sum of all adds that happened before it.
