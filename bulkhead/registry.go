@@ -83,6 +83,14 @@ func (r *Registry) Get(key string) (*Bulkhead, error) {
 	return b, nil
 }
 
+// Generation returns the number of bulkheads evicted so far. A bulkhead got from
+// Get after a call of Generation is still its key's bulkhead for as long as
+// Generation returns the same number. It lets a caller that keeps bulkheads
+// per key (as the HTTP and gRPC adapters do) check that they are current
+// with one atomic load, instead of a Get per call: read Generation, then Get,
+// and keep the two together.
+func (r *Registry) Generation() uint64 { return r.m.Generation() }
+
 // Len returns the number of bulkheads held.
 func (r *Registry) Len() int { return r.m.Len() }
 

@@ -79,6 +79,14 @@ func (r *Registry) Get(key string) (*Breaker, error) {
 	return b, err
 }
 
+// Generation returns the number of breakers evicted so far. A breaker got from
+// Get after a call of Generation is still its key's breaker for as long as
+// Generation returns the same number. It lets a caller that keeps breakers
+// per key (as the HTTP and gRPC adapters do) check that they are current
+// with one atomic load, instead of a Get per call: read Generation, then Get,
+// and keep the two together.
+func (r *Registry) Generation() uint64 { return r.m.Generation() }
+
 // Len returns the number of breakers held.
 func (r *Registry) Len() int { return r.m.Len() }
 

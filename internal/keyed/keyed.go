@@ -15,7 +15,8 @@ type Map[V any] struct {
 	m         sync.Map // string -> V
 	mu        sync.Mutex
 	n         atomic.Int64
-	max       int // < 0: unbounded
+	gen       atomic.Uint64 // values removed so far; see Generation
+	max       int           // < 0: unbounded
 	create    func(key string) (V, error)
 	evictable func(V) bool
 }
@@ -63,6 +64,7 @@ func (m *Map[V]) evictOne() bool {
 		if m.evictable(v.(V)) {
 			m.m.Delete(k)
 			m.n.Add(-1)
+			m.gen.Add(1) // after the removal: see Generation
 			evicted = true
 			return false
 		}
@@ -87,8 +89,16 @@ func (m *Map[V]) Delete(key string) {
 	defer m.mu.Unlock()
 	if _, ok := m.m.LoadAndDelete(key); ok {
 		m.n.Add(-1)
+		m.gen.Add(1) // after the removal: see Generation
 	}
 }
+
+// Generation returns the number of values removed (evicted or deleted) so
+// far. A value returned by Get or Lookup after a call of Generation stays its
+// key's value for as long as Generation returns the same number: the count
+// moves after every removal. Callers that cache values keep the number read
+// before their lookup with them, and trust the cached value while it holds.
+func (m *Map[V]) Generation() uint64 { return m.gen.Load() }
 
 // Len returns the number of values held.
 func (m *Map[V]) Len() int { return int(m.n.Load()) }

@@ -305,3 +305,69 @@ func TestConcurrentChurn(t *testing.T) {
 		t.Errorf("Len = %d, Range saw %d keys, bound %d", n, k, max)
 	}
 }
+
+// Generation moves on every removal, eviction or Delete, and on nothing else.
+func TestGeneration(t *testing.T) {
+	var c counter
+	m := keyed.New(2, c.create, idle)
+	g0 := m.Generation()
+	a, _ := m.Get("a", errFull)
+	m.Get("b", errFull)
+	m.Get("a", errFull)
+	m.Delete("missing")
+	m.Get("c", errFull) // refused: nothing idle
+	if g := m.Generation(); g != g0 {
+		t.Fatalf("Generation moved from %d to %d without a removal", g0, g)
+	}
+	a.idle.Store(true)
+	m.Get("c", errFull) // evicts a
+	g1 := m.Generation()
+	if g1 == g0 {
+		t.Fatal("Generation did not move on an eviction")
+	}
+	m.Delete("b")
+	if g := m.Generation(); g == g1 {
+		t.Fatal("Generation did not move on a Delete")
+	}
+}
+
+// A value cached with the generation read before its lookup is its key's
+// current value whenever the generation still reads the same, however Gets,
+// Deletes and evictions interleave.
+func TestGenerationGuardsCachedValues(t *testing.T) {
+	var c counter
+	m := keyed.New(4, c.create, func(*value) bool { return true })
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			type cached struct {
+				v   *value
+				gen uint64
+			}
+			cache := map[string]cached{}
+			for i := range 3000 {
+				k := strconv.Itoa((g*5 + i) % 7)
+				if i%11 == 0 {
+					m.Delete(k)
+					continue
+				}
+				if e, ok := cache[k]; ok && m.Generation() == e.gen {
+					// Stale only if the generation held all along.
+					if cur, ok := m.Lookup(k); (!ok || cur != e.v) && m.Generation() == e.gen {
+						t.Errorf("key %s: the cached value is stale under generation %d", k, e.gen)
+						return
+					}
+					continue
+				}
+				gen := m.Generation()
+				v, err := m.Get(k, errFull)
+				if err != nil {
+					t.Errorf("Get(%s): %v", k, err)
+					return
+				}
+				cache[k] = cached{v, gen}
+			}
+		})
+	}
+	wg.Wait()
+}
