@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
 	"github.com/watertight-go/watertight"
@@ -15,6 +14,7 @@ import (
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/deadline"
 	"github.com/watertight-go/watertight/idempotency"
+	"github.com/watertight-go/watertight/internal/keycache"
 	"github.com/watertight-go/watertight/retry"
 )
 
@@ -133,9 +133,8 @@ type Transport struct {
 	rc                 retry.Config        // for the per-key policies when listener is set
 	name               string              // Config.Name
 
-	shared *pipes   // no registries: one set of pipelines for every key
-	cache  sync.Map // key string → *pipes
-	cached atomic.Int64
+	shared *pipes                  // no registries: one set of pipelines for every key
+	cache  *keycache.Cache[*pipes] // under the registries' generation (pipes)
 }
 
 // maxCached bounds the pipelines a Transport keeps; beyond it, the cache is
@@ -184,6 +183,7 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		t.dl = p
 	}
 	t.dlHeader = t.dl.Config().Header
+	t.cache = keycache.New[*pipes](maxCached)
 	t.rc = cfg.Retry
 	t.rc.OnEvent = t.event
 	t.rc.Listener = t.listener
@@ -268,13 +268,22 @@ func (t *Transport) build(key string, b *circuit.Breaker, h *bulkhead.Bulkhead) 
 	return p
 }
 
-// pipes returns the pipelines for req's key, built once per key (and again
-// when a registry replaced the key's breaker or bulkhead).
+// pipes returns the pipelines for req's key, built once per key and kept
+// with the registries' generation (see circuit.Registry.Generation). A
+// request whose key's pipelines are kept under the current generation costs
+// one cache lookup and no registry lookup; after an eviction, the kept
+// pipelines are checked against the registries once, and rebuilt if the
+// key's breaker or bulkhead was replaced.
 func (t *Transport) pipes(req *http.Request) (*pipes, error) {
 	if t.shared != nil {
 		return t.shared, nil
 	}
 	key := t.key(req)
+	gen := t.generation() // before the registries' Gets: see Generation
+	kept, g, ok := t.cache.Get(key)
+	if ok && g == gen {
+		return kept, nil
+	}
 	var b *circuit.Breaker
 	var h *bulkhead.Bulkhead
 	var err error
@@ -288,18 +297,35 @@ func (t *Transport) pipes(req *http.Request) (*pipes, error) {
 			return nil, err
 		}
 	}
-	if v, ok := t.cache.Load(key); ok {
-		if p := v.(*pipes); p.breaker == b && p.bulk == h {
-			return p, nil
-		}
+	p := kept
+	if !ok || p.breaker != b || p.bulk != h {
+		p = t.build(key, b, h)
 	}
-	p := t.build(key, b, h)
-	if t.cached.Add(1) > maxCached {
-		t.cache.Clear()
-		t.cached.Store(1)
-	}
-	t.cache.Store(key, p)
+	t.cache.Put(key, gen, p)
 	return p, nil
+}
+
+// generation is the sum of the registries' generations: it moves when
+// either does (both only grow).
+func (t *Transport) generation() uint64 {
+	var g uint64
+	if t.breakers != nil {
+		g += t.breakers.Generation()
+	}
+	if t.bulkheads != nil {
+		g += t.bulkheads.Generation()
+	}
+	return g
+}
+
+// headerValue is h.Get(key) for a key in canonical form, as the Header...
+// constants are: the first value, or "". It skips Get's canonicalization of
+// the key, which costs more than the lookup.
+func headerValue(h http.Header, key string) string {
+	if vs := h[key]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
 }
 
 // idempotentMethod reports whether method is idempotent (RFC 9110 §9.2.2).
@@ -325,7 +351,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
-	idempotent := idempotentMethod(req.Method) || req.Header.Get(HeaderIdempotencyKey) != "" || retry.IsIdempotent(ctx)
+	idempotent := idempotentMethod(req.Method) || headerValue(req.Header, HeaderIdempotencyKey) != "" || retry.IsIdempotent(ctx)
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	pipe := p.once
 	switch {
@@ -563,7 +589,7 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 	ch := a.req.Header
 	extra := 1 // HeaderAttempt
 	var key string
-	if ch.Get(HeaderIdempotencyKey) == "" {
+	if headerValue(ch, HeaderIdempotencyKey) == "" {
 		if k, ok := retry.IdempotencyKey(ctx); ok {
 			// The draft's form: a Structured-Field String, quoted.
 			key = idempotency.FormatKey(k)
@@ -571,7 +597,7 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 		}
 	}
 	var crit []string
-	if ch.Get(HeaderCriticality) == "" {
+	if headerValue(ch, HeaderCriticality) == "" {
 		if c, ok := CriticalityFrom(ctx); ok {
 			crit = criticalityValue(c)
 			extra++

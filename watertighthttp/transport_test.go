@@ -1145,3 +1145,54 @@ func TestTransportListenerMayCallBackIn(t *testing.T) {
 		}
 	})
 }
+
+// okRT answers every request at once with an empty 200.
+type okRT struct{}
+
+func (okRT) RoundTrip(*http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody}, nil
+}
+
+// The Transport keeps each key's pipelines, but follows its registries: a
+// key whose breaker and bulkhead were evicted and created again is sent
+// through the new ones, on the first request after and on every one after
+// that.
+func TestTransportFollowsRegistryEvictions(t *testing.T) {
+	breakers, err := circuit.NewRegistry(circuit.RegistryConfig{MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bulkheads, err := bulkhead.NewRegistry(bulkhead.RegistryConfig{MaxKeys: 1, Config: bulkhead.Config{MaxConcurrent: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{Base: okRT{}, Breakers: breakers, Bulkheads: bulkheads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// since counts the requests to each host since its breaker and
+	// bulkhead were created.
+	since := map[string]int{}
+	for i, host := range []string{"a", "a", "b", "a", "a", "a", "b", "b", "a"} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+host+"/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatalf("request %d to %s: %v", i, host, err)
+		}
+		resp.Body.Close()
+		for h := range since {
+			if h != host {
+				delete(since, h) // evicted: MaxKeys is 1
+			}
+		}
+		since[host]++
+		h, _ := bulkheads.Get(host)
+		if got := h.Snapshot().Acquired; got != uint64(since[host]) {
+			t.Errorf("request %d to %s: its bulkhead counts %d permits, want %d", i, host, got, since[host])
+		}
+		b, _ := breakers.Get(host)
+		if got := b.Snapshot().Calls; got != int64(since[host]) {
+			t.Errorf("request %d to %s: its breaker counts %d calls, want %d", i, host, got, since[host])
+		}
+	}
+}
