@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -19,6 +17,7 @@ import (
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/deadline"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/internal/keycache"
 	"github.com/watertight-go/watertight/retry"
 	"github.com/watertight-go/watertight/watertighthttp"
 )
@@ -187,8 +186,7 @@ type client struct {
 	max       time.Duration
 	idem      methodSet // ClientConfig.Idempotent
 
-	cache  sync.Map // key string → *pipes
-	cached atomic.Int64
+	cache *keycache.Cache[*pipes] // with the registries' generation (see pipes)
 }
 
 // pipes are the pipelines of one key: retrying (for idempotent calls), sent
@@ -210,6 +208,7 @@ func newClient(cfg ClientConfig) (*client, error) {
 		hedge:     cfg.Hedge,
 		listener:  cfg.Listener,
 		dl:        cfg.Deadline,
+		cache:     keycache.New[*pipes](maxCached),
 	}
 	if c.key == nil {
 		c.key = KeyByMethod
@@ -240,9 +239,18 @@ func newClient(cfg ClientConfig) (*client, error) {
 // idempotentMethod reports whether ClientConfig.Idempotent lists method.
 func (c *client) idempotentMethod(method string) bool { return c.idem.has(method) }
 
-// pipes returns the pipelines of key, built once per key (and again when a
-// registry replaced the key's breaker or bulkhead).
+// pipes returns the pipelines of key, built once per key and kept with the
+// registries' generation (see circuit.Registry.Generation). A call whose
+// key's pipelines are kept under the current generation costs one cache
+// lookup and no registry lookup; after an eviction, the kept pipelines are
+// checked against the registries once, and rebuilt if the key's breaker or
+// bulkhead was replaced.
 func (c *client) pipes(key string) (*pipes, error) {
+	gen := c.generation() // before the registries' Gets: see Generation
+	kept, g, ok := c.cache.Get(key)
+	if ok && g == gen {
+		return kept, nil
+	}
 	var b *circuit.Breaker
 	var h *bulkhead.Bulkhead
 	var err error
@@ -256,21 +264,27 @@ func (c *client) pipes(key string) (*pipes, error) {
 			return nil, err
 		}
 	}
-	if v, ok := c.cache.Load(key); ok {
-		if p := v.(*pipes); p.breaker == b && p.bulk == h {
-			return p, nil
+	p := kept
+	if !ok || p.breaker != b || p.bulk != h {
+		if p, err = c.build(key, b, h); err != nil {
+			return nil, err
 		}
 	}
-	p, err := c.build(key, b, h)
-	if err != nil {
-		return nil, err
-	}
-	if c.cached.Add(1) > maxCached {
-		c.cache.Clear()
-		c.cached.Store(1)
-	}
-	c.cache.Store(key, p)
+	c.cache.Put(key, gen, p)
 	return p, nil
+}
+
+// generation is the sum of the registries' generations: it moves when
+// either does (both only grow).
+func (c *client) generation() uint64 {
+	var g uint64
+	if c.breakers != nil {
+		g += c.breakers.Generation()
+	}
+	if c.bulkheads != nil {
+		g += c.bulkheads.Generation()
+	}
+	return g
 }
 
 func (c *client) build(key string, b *circuit.Breaker, h *bulkhead.Bulkhead) (*pipes, error) {

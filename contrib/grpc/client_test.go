@@ -501,3 +501,40 @@ func TestClientConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// The client keeps each method's pipelines, but follows its registries: a
+// method whose breaker and bulkhead were evicted and created again is called
+// through the new ones, on the first call after and on every one after that.
+func TestUnaryFollowsRegistryEvictions(t *testing.T) {
+	br, err := circuit.NewRegistry(circuit.RegistryConfig{MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bh, err := bulkhead.NewRegistry(bulkhead.RegistryConfig{MaxKeys: 1, Config: bulkhead.Config{MaxConcurrent: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := clientEnv(t, "bufconn", &testServer{}, watertightgrpc.ClientConfig{Breakers: br, Bulkheads: bh})
+	// since counts the calls of each method since its breaker and bulkhead
+	// were created.
+	since := map[string]int{}
+	for i, m := range []string{methodCall, methodCall, methodOther, methodCall, methodCall, methodOther, methodOther, methodCall} {
+		if _, err := e.call(bounded(t), m, "x"); err != nil {
+			t.Fatalf("call %d of %s: %v", i, m, err)
+		}
+		for k := range since {
+			if k != m {
+				delete(since, k) // evicted: MaxKeys is 1
+			}
+		}
+		since[m]++
+		h, _ := bh.Get(m)
+		if got := h.Snapshot().Acquired; got != uint64(since[m]) {
+			t.Errorf("call %d of %s: its bulkhead counts %d permits, want %d", i, m, got, since[m])
+		}
+		b, _ := br.Get(m)
+		if got := b.Snapshot().Calls; got != int64(since[m]) {
+			t.Errorf("call %d of %s: its breaker counts %d calls, want %d", i, m, got, since[m])
+		}
+	}
+}
