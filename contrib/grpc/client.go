@@ -402,9 +402,9 @@ func (c *client) sendContext(ctx context.Context, buf *marginContext) (context.C
 	if !ok {
 		return ctx, time.Time{}, nil
 	}
-	now := time.Now()
-	at := dl.Add(-c.margin)
-	left := at.Sub(now)
+	// time.Until reads only the monotonic clock (dl, from a context
+	// deadline, carries it): half the cost of time.Now.
+	left := time.Until(dl) - c.margin
 	if left < time.Millisecond {
 		_, _, err := c.dl.OutgoingMillis(ctx) // the same error as the HTTP adapter's
 		if err == nil {                       // the clock moved between the two reads
@@ -412,8 +412,9 @@ func (c *client) sendContext(ctx context.Context, buf *marginContext) (context.C
 		}
 		return ctx, time.Time{}, err
 	}
+	at := dl.Add(-c.margin)
 	if left > c.max {
-		at = now.Add(c.max)
+		at = time.Now().Add(c.max)
 	} else if c.margin == 0 {
 		return ctx, dl, nil
 	}
@@ -469,15 +470,18 @@ func (c *client) unary(ctx context.Context, method string, req, reply any, cc *g
 		}
 		pipe = p.idem
 	}
-	u := unaryCall{c: c, method: method, req: req, reply: reply, cc: cc, invoker: invoker}
-	// One trailer and one option list for every attempt: the trailer
-	// carries the server's pushback. The list is built in u when it fits.
-	if len(opts) < len(u.optBuf) {
-		u.opts = append(u.optBuf[:0], opts...)
+	// u stays on the stack; what gRPC gets pointers to is in s, one
+	// allocation. One trailer and one option list for every attempt: the
+	// trailer carries the server's pushback. The list is built in s when it
+	// fits.
+	s := new(sent)
+	u := unaryCall{c: c, method: method, req: req, reply: reply, cc: cc, invoker: invoker, sent: s}
+	if len(opts) < len(s.optBuf) {
+		s.opts = append(s.optBuf[:0], opts...)
 	} else {
-		u.opts = opts[:len(opts):len(opts)]
+		s.opts = opts[:len(opts):len(opts)]
 	}
-	u.opts = append(u.opts, grpc.Trailer(&u.trailer))
+	s.opts = append(s.opts, grpc.Trailer(&s.trailer))
 	_, err = watertight.Do(ctx, pipe, u.do)
 	if err == nil {
 		return nil
@@ -493,14 +497,18 @@ type unaryCall struct {
 	reply   any
 	cc      *grpc.ClientConn
 	invoker grpc.UnaryInvoker
+	n       int // attempts started
+	*sent
+}
+
+// sent is the part of a unaryCall that gRPC gets pointers to (the trailer,
+// the options, the first attempt's context), so on the heap: apart from the
+// rest, which can stay on the caller's stack, to keep the allocation small.
+type sent struct {
 	opts    []grpc.CallOption // the caller's, and grpc.Trailer(&trailer)
 	trailer metadata.MD
-	n       int // attempts started
-
-	// Room for what a call would otherwise allocate apart: u escapes to
-	// the heap anyway (its do method is the pipeline's function).
-	optBuf [4]grpc.CallOption // backs opts when they fit
-	first  marginContext      // the first attempt's context; never changed once sent
+	optBuf  [4]grpc.CallOption // backs opts when they fit
+	first   marginContext      // the first attempt's context; never changed once sent
 }
 
 // do sends one attempt.
@@ -566,7 +574,7 @@ func (h *hedgedCall) attempt(ctx context.Context, n int) (proto.Message, error) 
 		out = h.reply.ProtoReflect().New().Interface()
 		reply = out
 	}
-	u := &unaryCall{c: h.c, method: h.method, req: h.req, reply: reply, cc: h.cc, invoker: h.invoker, n: n - 1}
+	u := unaryCall{c: h.c, method: h.method, req: h.req, reply: reply, cc: h.cc, invoker: h.invoker, n: n - 1, sent: new(sent)}
 	u.opts = append(h.opts[:len(h.opts):len(h.opts)], grpc.Trailer(&u.trailer))
 	_, err := watertight.Do(ctx, h.pipe, u.do)
 	return out, err

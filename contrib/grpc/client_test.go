@@ -538,3 +538,28 @@ func TestUnaryFollowsRegistryEvictions(t *testing.T) {
 		}
 	}
 }
+
+// A successful call through the client interceptor, with a breaker, a
+// bulkhead, retries and a deadline, allocates once: the part of the call
+// that gRPC gets pointers to (the trailer, the options, the context). A
+// regression here would show in every call.
+func TestUnaryClientAllocs(t *testing.T) {
+	icpt, err := watertightgrpc.UnaryClientInterceptor(watertightgrpc.ClientConfig{
+		Breakers:   breakers(t, circuit.Config{}),
+		Bulkheads:  bulkheads(t, bulkhead.Config{MaxConcurrent: 100}),
+		Idempotent: []string{methodCall},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := bounded(t)
+	call := func() {
+		if err := icpt(ctx, methodCall, nil, nil, nil, nopInvoker); err != nil {
+			t.Fatal(err)
+		}
+	}
+	call() // the key's pipelines are built on the first call
+	if n := testing.AllocsPerRun(200, call); n != 1 {
+		t.Errorf("%v allocations per call, want 1", n)
+	}
+}
