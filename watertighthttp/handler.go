@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/deadline"
+	admq "github.com/watertight-go/watertight/internal/admission"
 )
 
 // Defaults of HandlerConfig.
@@ -307,7 +307,7 @@ func (h *handler) shedAdmission(w http.ResponseWriter, r *http.Request, a *admis
 	case errors.Is(err, ErrQueueGaveUp):
 		h.shed(w, r, a.name, err, fmt.Sprintf("the request ended while it waited in the queue of route %s: %v", route, context.Cause(r.Context())), false)
 	default:
-		h.shed(w, r, a.name, err, fmt.Sprintf("route %s is at its limit of %s in flight and %d queued", route, plural(int(a.max), "request"), a.maxQueue), true)
+		h.shed(w, r, a.name, err, fmt.Sprintf("route %s is at its limit of %s in flight and %d queued", route, plural(a.MaxConcurrent(), "request"), a.MaxQueue()), true)
 	}
 }
 
@@ -391,9 +391,9 @@ func (t *routeTable) setQueuedHook(f func(route string)) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.queuedHook = f
-	t.other.setQueued(f)
+	t.other.SetQueuedHook(f)
 	t.m.Range(func(_, v any) bool {
-		v.(*admission).setQueued(f)
+		v.(*admission).SetQueuedHook(f)
 		return true
 	})
 }
@@ -415,7 +415,7 @@ func (t *routeTable) get(k routeKey) *admission {
 	}
 	if t.maxRoutes >= 0 && t.n >= t.maxRoutes {
 		t.m.Range(func(k, v any) bool {
-			if v.(*admission).refs.CompareAndSwap(0, evicted) { // idle: evict
+			if v.(*admission).refs.Evict() { // idle: evict
 				t.m.Delete(k)
 				t.n--
 			}
@@ -425,7 +425,7 @@ func (t *routeTable) get(k routeKey) *admission {
 	a := t.other
 	if t.maxRoutes < 0 || t.n < t.maxRoutes {
 		a = newAdmission(k.name(), t.maxConcurrent, t.maxQueue)
-		a.setQueued(t.queuedHook)
+		a.SetQueuedHook(t.queuedHook)
 		t.m.Store(k, a)
 		t.n++
 	}
@@ -435,242 +435,55 @@ func (t *routeTable) get(k routeKey) *admission {
 
 // put lets go of a controller returned by get.
 func (t *routeTable) put(a *admission) {
-	a.refs.Add(-1)
+	a.refs.Put()
 }
 
-// admission is the in-flight limit and queue of one route. See Handler for
-// the queue discipline.
-//
-// Fast path: while fewer than max requests are in flight and nobody waits, a
-// request enters with one CAS on active and leaves with one atomic add (and a
-// load of waiting): no mutex. The mutex and the queue are only used when a
-// request must wait.
-//
-// The lost wakeup, and why it cannot happen. A leaver (release) gives its
-// place back (active) and then loads waiting; a request that must wait
-// (acquire), under mu, joins the queue and stores waiting and then, in
-// dispatchLocked, loads active. Go's atomics are sequentially consistent, so
-// these four operations happen in one order both sides agree on. Either the
-// leaver's load of waiting comes after the store and sees it: the leaver
-// then takes mu, which it gets only after the waiter has queued, and
-// dispatches. Or it comes before: then the waiter's load of active comes
-// after the place was given back and sees it free, and the waiter dispatches
-// (possibly itself). Both may happen; places are taken by CAS, never beyond
-// max, and waiters are let in under mu, so each once. A fast-path request
-// may take a freed place ahead of the queue (it read waiting as 0 just
-// before someone queued): the queue then waits for the next release, which
-// sees waiting and dispatches.
+// admission is the in-flight limit and queue of one route (an
+// admission.Queue: see Handler for the queue discipline), with the count of
+// the requests holding it in the routeTable.
 type admission struct {
-	name     string
-	max      int64
-	maxQueue int
-	queued   atomic.Pointer[func(name string)] // for tests: called when a request joins the queue
-	waiting  atomic.Int64                      // len(queue); stored under mu, read by every request
-	_        [64]byte                          // the hot words below share no cache line with the above
-
-	refs   atomic.Int64 // requests holding the controller (routeTable); evicted: evicted
-	active atomic.Int64 // requests let in and not yet released; at most max
-	_      [48]byte
-
-	mu    sync.Mutex
-	queue []*waiter // oldest first
-}
-
-// waiter is a queued request. err and the closing of ready are written under
-// admission.mu; ready is closed once the waiter's fate is decided: err nil
-// means it was let in (and holds a place), else it was turned away.
-type waiter struct {
-	ctx   context.Context
-	crit  Criticality
-	ready chan struct{}
-	err   error
+	admq.Queue           // embedded: one allocation; its last word, active, changes on every request
+	refs       admq.Refs // requests holding the controller (routeTable): next to active, on its cache line
+	_          [56]byte  // the hot words above share no cache line with what follows
+	name       string
 }
 
 func newAdmission(name string, maxConcurrent, maxQueue int) *admission {
-	return &admission{name: name, max: int64(maxConcurrent), maxQueue: maxQueue}
+	a := &admission{name: name}
+	a.Init(name, maxConcurrent, maxQueue)
+	return a
 }
-
-func (a *admission) setQueued(f func(name string)) {
-	if f == nil {
-		a.queued.Store(nil)
-		return
-	}
-	a.queued.Store(&f)
-}
-
-// evicted is the refs of an evicted controller: so negative that adding a
-// count of holders to it leaves it negative.
-const evicted = math.MinInt64 / 2
 
 // ref counts one more holder of a, unless a was evicted: one atomic add. A
 // failed ref leaves refs negative and needs no put.
 func (a *admission) ref() bool {
-	return a.refs.Add(1) > 0
-}
-
-// tryTake takes a place if fewer than max are taken.
-func (a *admission) tryTake() bool {
-	for {
-		n := a.active.Load()
-		if n >= a.max {
-			return false
-		}
-		if a.active.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
+	return a.refs.Ref()
 }
 
 // acquire takes a place for a request of criticality crit, waiting in the
 // queue if need be until let in, displaced, or ctx ends. On success the
-// caller must call release.
+// caller must call release. Its errors are routeErrors.
 func (a *admission) acquire(ctx context.Context, crit Criticality) error {
-	if ctx.Err() != nil {
-		return a.gaveUp(ctx)
+	if err := a.Acquire(ctx, int(crit)); err != nil {
+		return a.refused(ctx, err)
 	}
-	if a.waiting.Load() == 0 && a.tryTake() {
-		return nil
-	}
-	a.mu.Lock()
-	if len(a.queue) == 0 && a.tryTake() {
-		a.mu.Unlock()
-		return nil
-	}
-	if len(a.queue) >= a.maxQueue {
-		a.dropDeadLocked()
-	}
-	if len(a.queue) >= a.maxQueue {
-		i := a.victimLocked(crit)
-		if i < 0 {
-			a.mu.Unlock()
-			return a.full()
-		}
-		v := a.queue[i]
-		a.removeAtLocked(i)
-		v.err = &routeError{route: a.name, errs: []error{ErrDisplaced}}
-		close(v.ready)
-	}
-	w := &waiter{ctx: ctx, crit: crit, ready: make(chan struct{})}
-	a.queue = append(a.queue, w)
-	a.waiting.Store(int64(len(a.queue)))
-	// A place may have been given back since tryTake failed, by a leaver
-	// that saw no waiter: see the type's comment.
-	a.dispatchLocked()
-	queued := a.queued.Load()
-	a.mu.Unlock()
-	if queued != nil {
-		(*queued)(a.name)
-	}
+	return nil
+}
 
-	select {
-	case <-w.ready:
-		return w.err
-	case <-ctx.Done():
+// refused maps the Queue's error to the Handler's.
+func (a *admission) refused(ctx context.Context, err error) error {
+	switch {
+	case err == admq.ErrDisplaced:
+		return &routeError{route: a.name, errs: []error{ErrDisplaced}}
+	case errors.Is(err, admq.ErrGaveUp):
+		return a.gaveUp(ctx)
+	default: // admq.ErrFull
+		return a.full()
 	}
-	a.mu.Lock()
-	select {
-	case <-w.ready:
-		if w.err != nil { // turned away as ctx ended
-			a.mu.Unlock()
-			return w.err
-		}
-		// Let in as ctx ended: give the place back, unused.
-		a.active.Add(-1)
-		a.dispatchLocked()
-	default:
-		a.removeLocked(w)
-	}
-	a.mu.Unlock()
-	return a.gaveUp(ctx)
 }
 
 // release gives back a place taken by acquire and lets the next waiter in.
-func (a *admission) release() {
-	a.active.Add(-1)
-	if a.waiting.Load() != 0 { // see the type's comment
-		a.mu.Lock()
-		a.dispatchLocked()
-		a.mu.Unlock()
-	}
-}
-
-// dispatchLocked lets waiters in while there is room: the highest
-// criticality first; among equals, FIFO while the queue is at most half
-// full, LIFO beyond. Waiters whose context has ended are dropped.
-func (a *admission) dispatchLocked() {
-	for len(a.queue) > 0 {
-		i := a.nextLocked()
-		w := a.queue[i]
-		if w.ctx.Err() != nil {
-			a.removeAtLocked(i)
-			w.err = a.gaveUp(w.ctx)
-			close(w.ready)
-			continue
-		}
-		if !a.tryTake() {
-			return
-		}
-		a.removeAtLocked(i)
-		close(w.ready)
-	}
-}
-
-// nextLocked returns the index of the waiter to let in next.
-func (a *admission) nextLocked() int {
-	lifo := 2*len(a.queue) > a.maxQueue
-	best := -1
-	for i, w := range a.queue {
-		switch {
-		case best < 0, w.crit > a.queue[best].crit:
-			best = i
-		case w.crit == a.queue[best].crit && lifo:
-			best = i // later is newer
-		}
-	}
-	return best
-}
-
-// victimLocked returns the index of the oldest waiter of the lowest
-// criticality below crit, or -1 when there is none.
-func (a *admission) victimLocked(crit Criticality) int {
-	v := -1
-	for i, w := range a.queue {
-		if w.crit < crit && (v < 0 || w.crit < a.queue[v].crit) {
-			v = i
-		}
-	}
-	return v
-}
-
-// dropDeadLocked removes the waiters whose context has ended.
-func (a *admission) dropDeadLocked() {
-	for i := 0; i < len(a.queue); {
-		w := a.queue[i]
-		if w.ctx.Err() == nil {
-			i++
-			continue
-		}
-		a.removeAtLocked(i)
-		w.err = a.gaveUp(w.ctx)
-		close(w.ready)
-	}
-}
-
-func (a *admission) removeLocked(w *waiter) {
-	for i, x := range a.queue {
-		if x == w {
-			a.removeAtLocked(i)
-			return
-		}
-	}
-}
-
-func (a *admission) removeAtLocked(i int) {
-	copy(a.queue[i:], a.queue[i+1:])
-	a.queue[len(a.queue)-1] = nil
-	a.queue = a.queue[:len(a.queue)-1]
-	a.waiting.Store(int64(len(a.queue)))
-}
+func (a *admission) release() { a.Release() }
 
 func (a *admission) full() error {
 	return &routeError{route: a.name, errs: []error{ErrRouteFull}}
