@@ -2,8 +2,10 @@ package watertightgrpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -16,6 +18,8 @@ import (
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/deadline"
+	"github.com/watertight-go/watertight/internal/admission"
+	"github.com/watertight-go/watertight/internal/keyed"
 	"github.com/watertight-go/watertight/watertighthttp"
 )
 
@@ -45,6 +49,10 @@ var (
 	// ErrQueueGaveUp: the request's context ended (its deadline passed or
 	// the client went away) while it waited in the queue; it was not run.
 	ErrQueueGaveUp = watertight.NewSaturation("watertightgrpc: request ended while queued")
+	// ErrDisplaced: the request waited in a full queue and was removed to
+	// make room for a request of higher criticality; it was not run. It is
+	// answered like ErrMethodFull: RejectCode and the negative pushback.
+	ErrDisplaced = watertight.NewSaturation("watertightgrpc: displaced from the queue by a request of higher criticality")
 )
 
 // ServerConfig configures UnaryServerInterceptor and
@@ -114,11 +122,12 @@ type ServerConfig struct {
 //  3. shed a request whose deadline has passed or leaves less than the
 //     Propagator's MinRemaining: UNAVAILABLE;
 //  4. admission: at most MaxConcurrent requests per method run at once and
-//     at most MaxQueue wait, first come first served, up to MaxWait;
-//     requests below critical (sheddable, sheddable-plus) never wait: they
-//     run only if a place is free at once and nobody is queued. A refused
-//     request gets RejectCode (RESOURCE_EXHAUSTED); one that waited until
-//     too little time was left is shed as in step 3;
+//     at most MaxQueue wait, up to MaxWait, in watertighthttp.Handler's
+//     queue discipline (below); requests below critical (sheddable,
+//     sheddable-plus) never wait: they run only if a place is free at once
+//     and nobody is queued. A refused request gets RejectCode
+//     (RESOURCE_EXHAUSTED); one that waited until too little time was left
+//     is shed as in step 3;
 //  5. the handler. When its error carries the overloaded signal
 //     (watertight.IsOverloaded: a client of another service that exhausted
 //     its retries, or got the negative pushback), the answer gets the
@@ -131,6 +140,19 @@ type ServerConfig struct {
 // Every shed or rejected request is answered with the trailer
 // grpc-retry-pushback-ms: -1 ("overloaded, don't retry", gRFC A6), and a
 // message that says what happened; never UNKNOWN or PERMISSION_DENIED.
+//
+// # Queue discipline: adaptive LIFO
+//
+// The same as watertighthttp.Handler's, from one implementation: a request
+// of higher criticality (critical-plus) is always let in before one of lower
+// criticality (critical); among equals, the queue of a method is FIFO while
+// it is at most half full and LIFO when it is more than half full (the
+// oldest requests are the likeliest to have been given up by their
+// callers). A queued request whose context ends is removed at once, and
+// one that waited MaxWait is removed with ErrMethodFull. When the queue is
+// full, a newcomer displaces the oldest queued request of the lowest
+// criticality below its own, which is answered with RejectCode and
+// ErrDisplaced; else the newcomer is rejected with ErrMethodFull.
 //
 // It fails, naming the field, when cfg is invalid.
 func UnaryServerInterceptor(cfg ServerConfig) (grpc.UnaryServerInterceptor, error) {
@@ -163,20 +185,31 @@ type server struct {
 	logger     *slog.Logger
 	badCrit    atomic.Bool
 
-	// Admission: nil when disabled. A request takes a ticket (in flight or
-	// queued: MaxConcurrent + MaxQueue, never waits), then a place
-	// (MaxConcurrent, waits up to MaxWait).
-	tickets, places *bulkhead.Registry
-	other           admission // for keys that found the registries full
+	// Admission: nil when disabled. One queue per key, kept while it is
+	// held (see admission.Refs); other for the keys that found the table
+	// full.
+	methods *keyed.Map[*method]
+	other   *method
+	maxWait time.Duration // ServerConfig.MaxWait; 0: no bound
 }
 
-// admission is the pair of bulkheads of one key.
-type admission struct {
-	key     string
-	tickets *bulkhead.Bulkhead
-	places  *bulkhead.Bulkhead
-	queue   int // MaxQueue, resolved
+// method is the in-flight limit and queue of one admission key, with the
+// count of the requests holding it in the table.
+type method struct {
+	admission.Queue                // embedded: one allocation; its last word changes on every request
+	refs            admission.Refs // next to that word, on its cache line
+	_               [56]byte       // the hot words above share no cache line with what follows
+	key             string
 }
+
+func newMethod(key string, maxConcurrent, maxQueue int) *method {
+	m := &method{key: key}
+	m.Init(key, maxConcurrent, maxQueue)
+	return m
+}
+
+// errTableFull is keyed.Map.Get's answer when the table is full of busy keys.
+var errTableFull = errors.New("watertightgrpc: method table full")
 
 func newServer(cfg ServerConfig) (*server, error) {
 	s := &server{
@@ -219,79 +252,72 @@ func newServer(cfg ServerConfig) (*server, error) {
 	if maxc > bulkhead.MaxConcurrentLimit || maxq > bulkhead.MaxConcurrentLimit-maxc {
 		return nil, fmt.Errorf("watertightgrpc: ServerConfig.MaxConcurrent + MaxQueue must be <= %d, got %d + %d", bulkhead.MaxConcurrentLimit, maxc, maxq)
 	}
-	maxWait := cfg.MaxWait
-	if maxWait <= 0 {
-		maxWait = -1 // until the context ends
-	}
-	if maxq == 0 {
-		maxWait = 0
+	if cfg.MaxWait > 0 {
+		s.maxWait = cfg.MaxWait
 	}
 	maxKeys := cfg.MaxMethods
-	if maxKeys == 0 {
+	switch {
+	case maxKeys == 0:
 		maxKeys = DefaultMaxMethods
+	case maxKeys < 0:
+		maxKeys = -1
 	}
-	tc := bulkhead.Config{MaxConcurrent: maxc + maxq}
-	pc := bulkhead.Config{MaxConcurrent: maxc, MaxWait: maxWait}
-	var err error
-	if s.tickets, err = bulkhead.NewRegistry(bulkhead.RegistryConfig{Config: tc, MaxKeys: maxKeys}); err != nil {
-		return nil, err
-	}
-	if s.places, err = bulkhead.NewRegistry(bulkhead.RegistryConfig{Config: pc, MaxKeys: maxKeys}); err != nil {
-		return nil, err
-	}
-	s.other.key, s.other.queue = OtherMethods, maxq
-	tc.Name, pc.Name = OtherMethods, OtherMethods
-	if s.other.tickets, err = bulkhead.New(tc); err != nil {
-		return nil, err
-	}
-	if s.other.places, err = bulkhead.New(pc); err != nil {
-		return nil, err
-	}
+	s.methods = keyed.New(maxKeys,
+		func(key string) (*method, error) { return newMethod(key, maxc, maxq), nil },
+		func(m *method) bool { return m.refs.Evict() }) // idle: nothing in flight or queued
+	s.other = newMethod(OtherMethods, maxc, maxq)
 	return s, nil
 }
 
-// admission returns the bulkheads of key, or the shared ones when the
-// registries are full.
-func (s *server) admission(key string) admission {
-	t, err := s.tickets.Get(key)
-	if err != nil {
-		return s.other
+// admission returns the queue of key, held (release it with put), or the
+// shared one when the table is full of busy keys.
+func (s *server) admission(key string) *method {
+	for {
+		m, err := s.methods.Get(key, errTableFull)
+		if err != nil {
+			m = s.other // never evicted
+		}
+		if m.refs.Ref() {
+			return m
+		}
+		// Evicted between the lookup and the Ref: the table drops it
+		// at once (under its lock), and the next lookup finds a live one.
+		runtime.Gosched()
 	}
-	p, err := s.places.Get(key)
-	if err != nil {
-		return s.other
-	}
-	return admission{key: key, tickets: t, places: p, queue: s.other.queue}
 }
 
-// acquire takes a ticket and a place; see UnaryServerInterceptor.
-func (a admission) acquire(ctx context.Context, crit watertighthttp.Criticality) error {
-	if !a.tickets.TryAcquire() {
-		return fmt.Errorf("%w: %d in flight and %d queued", ErrMethodFull, a.places.Snapshot().MaxConcurrent, a.queue)
-	}
+// put lets go of a queue returned by admission.
+func (m *method) put() { m.refs.Put() }
+
+// acquire takes a place; see UnaryServerInterceptor.
+func (m *method) acquire(ctx context.Context, crit watertighthttp.Criticality, maxWait time.Duration) error {
 	if crit < watertighthttp.Critical {
-		if !a.places.TryAcquire() {
-			a.tickets.Release()
+		if !m.TryAcquire() {
 			return fmt.Errorf("%w: no place free for a request of criticality %s, which does not wait", ErrMethodFull, crit)
 		}
 		return nil
 	}
-	if err := a.places.Acquire(ctx); err != nil {
-		a.tickets.Release()
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w: %w", ErrQueueGaveUp, context.Cause(ctx))
-		}
+	err := m.AcquireWait(ctx, int(crit), maxWait)
+	switch {
+	case err == nil:
+		return nil
+	case err == admission.ErrDisplaced:
+		return ErrDisplaced
+	case err == admission.ErrMaxWait:
 		return fmt.Errorf("%w: waited the longest time allowed in the queue", ErrMethodFull)
+	case errors.Is(err, admission.ErrGaveUp):
+		return fmt.Errorf("%w: %w", ErrQueueGaveUp, context.Cause(ctx))
+	default: // admission.ErrFull
+		return fmt.Errorf("%w: %d in flight and %d queued", ErrMethodFull, m.MaxConcurrent(), m.MaxQueue())
 	}
-	return nil
 }
 
-// release gives back what acquire took; it does nothing for the zero
-// admission.
-func (a admission) release() {
-	if a.places != nil {
-		a.places.Release()
-		a.tickets.Release()
+// release gives back the place acquire took and lets go of the queue; it
+// does nothing for a nil method.
+func (m *method) release() {
+	if m != nil {
+		m.Release()
+		m.put()
 	}
 }
 
@@ -314,10 +340,10 @@ func (s *server) criticality(ctx context.Context) (context.Context, watertightht
 
 // guard runs steps 1 to 4 of UnaryServerInterceptor. It returns the
 // context for the handler, the admission place taken (release it when the
-// handler returns), the cancel func of the context (nil when there is none)
-// and, when the request is not to be run, the answer to send instead; trailer
-// sets the trailer of that answer.
-func (s *server) guard(ctx context.Context, fullMethod string, trailer func(metadata.MD)) (_ context.Context, _ admission, cancel context.CancelFunc, _ error) {
+// handler returns; nil when admission is off), the cancel func of the
+// context (nil when there is none) and, when the request is not to be run,
+// the answer to send instead; trailer sets the trailer of that answer.
+func (s *server) guard(ctx context.Context, fullMethod string, trailer func(metadata.MD)) (_ context.Context, _ *method, cancel context.CancelFunc, _ error) {
 	ctx, crit := s.criticality(ctx)
 	if left, ok := deadline.Remaining(ctx); ok && left > s.max {
 		ctx, cancel = context.WithTimeout(ctx, s.max)
@@ -327,21 +353,22 @@ func (s *server) guard(ctx context.Context, fullMethod string, trailer func(meta
 		key = s.method(fullMethod)
 	}
 	if err := s.dl.Check(ctx); err != nil {
-		return ctx, admission{}, cancel, s.shed(key, codes.Unavailable, "the request's deadline is too short to start it: ", err, trailer)
+		return ctx, nil, cancel, s.shed(key, codes.Unavailable, "the request's deadline is too short to start it: ", err, trailer)
 	}
-	if s.tickets == nil {
-		return ctx, admission{}, cancel, nil
+	if s.methods == nil {
+		return ctx, nil, cancel, nil
 	}
-	a := s.admission(key)
-	if err := a.acquire(ctx, crit); err != nil {
-		return ctx, admission{}, cancel, s.shed(a.key, s.rejectCode, "", err, trailer)
+	m := s.admission(key)
+	if err := m.acquire(ctx, crit, s.maxWait); err != nil {
+		m.put()
+		return ctx, nil, cancel, s.shed(m.key, s.rejectCode, "", err, trailer)
 	}
 	// The request may have waited: shed it if what is left is too short.
 	if err := s.dl.Check(ctx); err != nil {
-		a.release()
-		return ctx, admission{}, cancel, s.shed(a.key, codes.Unavailable, "the request's deadline became too short to start it while it waited in the queue: ", err, trailer)
+		m.release()
+		return ctx, nil, cancel, s.shed(m.key, codes.Unavailable, "the request's deadline became too short to start it while it waited in the queue: ", err, trailer)
 	}
-	return ctx, a, cancel, nil
+	return ctx, m, cancel, nil
 }
 
 // shed emits the event and returns the answer to a request that is not
@@ -394,7 +421,7 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 
 // run calls the handler and gives the admission place back when it returns,
 // even when it panics.
-func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, a admission) (any, error) {
+func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, a *method) (any, error) {
 	defer a.release()
 	return handler(ctx, req)
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/circuit"
@@ -580,5 +581,165 @@ func TestOverloadIsNotRetriedAcrossHops(t *testing.T) {
 	}
 	if n, m := backTS.count(), midTS.count(); n != 3 || m != 1 {
 		t.Fatalf("back end saw %d attempts and the middle tier %d; want 3 and 1", n, m)
+	}
+}
+
+// ---- queue discipline over the wire -----------------------------------------------
+
+// queuedCtx tells when a queued request starts waiting: the admission queue
+// selects on Done only once the request is in the queue, and nothing calls
+// it on the way there.
+type queuedCtx struct {
+	context.Context
+	once sync.Once
+	id   string
+	ch   chan<- string
+}
+
+func (c *queuedCtx) Done() <-chan struct{} {
+	c.once.Do(func() { c.ch <- c.id })
+	return c.Context.Done()
+}
+
+// queueEnv serves methodCall through the server interceptor made from cfg,
+// behind an interceptor that reports on queued when a request (named by its
+// input) starts waiting. The handler sends its input on entered and waits
+// for a token on step.
+func queueEnv(t *testing.T, transport string, cfg watertightgrpc.ServerConfig) (e *env, queued, entered chan string, step chan struct{}) {
+	t.Helper()
+	queued, entered, step = make(chan string, 16), make(chan string, 16), make(chan struct{})
+	spy := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		id := req.(*wrapperspb.StringValue).GetValue()
+		return h(&queuedCtx{Context: ctx, id: id, ch: queued}, req)
+	}
+	ts := &testServer{call: func(_ context.Context, _, in string) (string, error) {
+		entered <- in
+		// Not ctx.Done: that would report the running request as queued.
+		select {
+		case <-step:
+			return "ok", nil
+		case <-time.After(10 * time.Second): // a bound, so that a failed test ends
+			return "", errors.New("no step came")
+		}
+	}}
+	sicpt := serverInterceptor(t, cfg)
+	e = newEnv(t, transport, ts, []grpc.ServerOption{grpc.ChainUnaryInterceptor(spy, sicpt)})
+	return e, queued, entered, step
+}
+
+// withCrit returns a bounded context whose calls carry criticality crit.
+func withCrit(t *testing.T, crit string) context.Context {
+	return metadata.AppendToOutgoingContext(bounded(t), watertightgrpc.MetadataCriticality, crit)
+}
+
+// A full queue of critical requests: a critical-plus newcomer displaces the
+// oldest, which gets RejectCode, the negative pushback and ErrDisplaced in
+// its shed event; the newcomer runs when a place frees.
+func TestServerQueueDisplacement(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			var l events
+			e, queued, entered, step := queueEnv(t, tr, watertightgrpc.ServerConfig{MaxConcurrent: 1, MaxQueue: 1, Listener: &l})
+			type result struct {
+				id      string
+				err     error
+				trailer metadata.MD
+			}
+			results := make(chan result, 3)
+			call := func(id, crit string) {
+				go func() {
+					var trailer metadata.MD
+					_, err := e.call(withCrit(t, crit), methodCall, id, grpc.Trailer(&trailer))
+					results <- result{id, err, trailer}
+				}()
+			}
+			call("hold", "critical")
+			if id := <-entered; id != "hold" {
+				t.Fatalf("%q entered, want hold", id)
+			}
+			call("old", "critical")
+			if id := <-queued; id != "old" {
+				t.Fatalf("%q queued, want old", id)
+			}
+			// The queue is full of critical: another critical is refused...
+			_, err := e.call(withCrit(t, "critical"), methodCall, "equal")
+			if status.Code(err) != codes.ResourceExhausted {
+				t.Fatalf("critical newcomer to a full queue: %v; want RESOURCE_EXHAUSTED", err)
+			}
+			// ...but a critical-plus one displaces the oldest critical.
+			call("new", "critical-plus")
+			if id := <-queued; id != "new" {
+				t.Fatalf("%q queued, want new", id)
+			}
+			r := <-results
+			if r.id != "old" || status.Code(r.err) != codes.ResourceExhausted || !strings.Contains(status.Convert(r.err).Message(), "displaced") {
+				t.Fatalf("%s: %v; want old displaced with RESOURCE_EXHAUSTED", r.id, r.err)
+			}
+			if pb := r.trailer.Get(watertightgrpc.MetadataPushback); len(pb) != 1 || pb[0] != "-1" {
+				t.Fatalf("displaced call's trailer %v; want %s: -1", r.trailer, watertightgrpc.MetadataPushback)
+			}
+			step <- struct{}{} // hold ends: new is let in
+			if id := <-entered; id != "new" {
+				t.Fatalf("%q entered, want new", id)
+			}
+			step <- struct{}{}
+			for range 2 {
+				if r := <-results; r.err != nil {
+					t.Fatalf("%s: %v", r.id, r.err)
+				}
+			}
+			shed := l.of(watertight.EventShed)
+			if len(shed) != 2 || !errors.Is(shed[0].Err, watertightgrpc.ErrMethodFull) ||
+				!errors.Is(shed[1].Err, watertightgrpc.ErrDisplaced) || !watertight.IsSaturation(shed[1].Err) || shed[1].Key != methodCall {
+				t.Fatalf("shed events %+v; want ErrMethodFull for the equal newcomer, then ErrDisplaced for old", shed)
+			}
+			if n := e.ts.count(); n != 2 {
+				t.Fatalf("the handler ran %d times, want 2 (hold and new)", n)
+			}
+		})
+	}
+}
+
+// With MaxQueue 4 and 4 critical requests queued (more than half full), the
+// newest is let in first when a place frees; once the queue is back to half
+// full, the oldest: adaptive LIFO, as watertighthttp.Handler's.
+func TestServerQueueAdaptiveLIFO(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			e, queued, entered, step := queueEnv(t, tr, watertightgrpc.ServerConfig{MaxConcurrent: 1, MaxQueue: 4})
+			done := make(chan error, 5)
+			call := func(id string) {
+				go func() {
+					_, err := e.call(bounded(t), methodCall, id)
+					done <- err
+				}()
+			}
+			call("hold")
+			if id := <-entered; id != "hold" {
+				t.Fatalf("%q entered, want hold", id)
+			}
+			for _, id := range []string{"w1", "w2", "w3", "w4"} {
+				call(id)
+				if got := <-queued; got != id {
+					t.Fatalf("%q queued, want %s", got, id)
+				}
+			}
+			var order []string
+			for range 4 {
+				step <- struct{}{} // the one running ends: the next is let in
+				order = append(order, <-entered)
+			}
+			step <- struct{}{}
+			// 4 queued of 4: LIFO → w4; 3 of 4: LIFO → w3; 2 of 4 (half):
+			// FIFO → w1, then w2.
+			if s := strings.Join(order, ","); s != "w4,w3,w1,w2" {
+				t.Fatalf("let in %s, want w4,w3,w1,w2", s)
+			}
+			for range 5 {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
