@@ -218,12 +218,33 @@ func benchGRPC(b *testing.B, cc *grpc.ClientConn) {
 // a unary call to a loopback server (in a process of its own), measured
 // against a plain client in alternating blocks (measureOverhead):
 // overhead-% is the median. Each side has a connection of its own to one
-// server.
+// server. watertight-layer measures a second watertight interceptor against
+// one (see the case).
 func BenchmarkGRPCUnaryOverhead(b *testing.B) {
+	type overheadCase struct {
+		name       string
+		base, opts func(tb testing.TB) []grpc.DialOption
+	}
+	var cases []overheadCase
 	for _, tc := range grpcClients[1:] {
+		cases = append(cases, overheadCase{tc.name, grpcClients[0].opts, tc.opts})
+	}
+	// watertight-layer: two watertight interceptors in a chain against
+	// one. Both send the same metadata on the wire (the inner one a
+	// grpc-timeout one margin shorter, of the same length): the
+	// difference is one interceptor's own work, in the middle of real
+	// calls, apart from what asking for the trailer costs gRPC.
+	wt := grpcClients[len(grpcClients)-2]
+	if wt.name != "watertight" {
+		b.Fatalf("grpcClients: %q where watertight was expected", wt.name)
+	}
+	cases = append(cases, overheadCase{"watertight-layer", wt.opts, func(tb testing.TB) []grpc.DialOption {
+		return append(wt.opts(tb), wt.opts(tb)...)
+	}})
+	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			addr := startServer(b, "grpc")
-			plain, cc := dialGRPC(b, addr, grpcClients[0].opts(b)), dialGRPC(b, addr, tc.opts(b))
+			plain, cc := dialGRPC(b, addr, tc.base(b)), dialGRPC(b, addr, tc.opts(b))
 			in := wrapperspb.String("ok")
 			call := func(cc *grpc.ClientConn) func() error {
 				return func() error {

@@ -207,30 +207,54 @@ func (h headersOnly) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // overheadTransports are BenchmarkHTTPTransportOverhead's sub-benchmarks:
-// the libraries' transports, and two references (passThrough,
-// headersOnly).
-var overheadTransports = append(httpTransports[1:len(httpTransports):len(httpTransports)],
-	struct {
-		name string
-		new  func(tb testing.TB) http.RoundTripper
-	}{"pass-through", func(tb testing.TB) http.RoundTripper { return passThrough{newBaseTransport(tb)} }},
-	struct {
-		name string
-		new  func(tb testing.TB) http.RoundTripper
-	}{"headers-only", func(tb testing.TB) http.RoundTripper { return headersOnly{newBaseTransport(tb)} }},
-)
+// the libraries' transports against a plain one, two references
+// (passThrough, headersOnly) against a plain one, and watertight-layer: a
+// watertight Transport over another against a single one. The inner
+// Transport replaces the outer's headers with its own, so both sides send
+// the same request on the wire: the difference is the work of one
+// Transport, its policies, copies and allocations, in the middle of real
+// network calls, apart from what its headers cost the network and the
+// server.
+var overheadTransports = func() []overheadCase {
+	var cs []overheadCase
+	for _, tc := range httpTransports[1:] {
+		cs = append(cs, overheadCase{tc.name, nil, tc.new})
+	}
+	return append(cs,
+		overheadCase{"pass-through", nil, func(tb testing.TB) http.RoundTripper { return passThrough{newBaseTransport(tb)} }},
+		overheadCase{"headers-only", nil, func(tb testing.TB) http.RoundTripper { return headersOnly{newBaseTransport(tb)} }},
+		overheadCase{"watertight-layer",
+			func(tb testing.TB) http.RoundTripper { return newWatertightTransport(tb, newBaseTransport(tb)) },
+			func(tb testing.TB) http.RoundTripper {
+				return newWatertightTransport(tb, newWatertightTransport(tb, newBaseTransport(tb)))
+			}},
+	)
+}()
+
+// overheadCase is a sub-benchmark of BenchmarkHTTPTransportOverhead: rt
+// measured against base (nil: a plain http.Transport).
+type overheadCase struct {
+	name     string
+	base, rt func(tb testing.TB) http.RoundTripper
+}
 
 // BenchmarkHTTPTransportOverhead is the latency each library's RoundTripper
 // adds to a GET to a loopback server (in a process of its own), measured
 // against a plain http.Transport in alternating blocks (measureOverhead):
 // overhead-% is the median. Both sides have transports of their own on one
 // server. pass-through and headers-only are references: the measurement's
-// noise, and the cost of sending watertight's two headers with no policy.
+// noise, and the cost of sending watertight's two headers with no policy;
+// watertight-layer is the Transport's own work without its headers (see
+// overheadTransports).
 func BenchmarkHTTPTransportOverhead(b *testing.B) {
 	for _, tc := range overheadTransports {
 		b.Run(tc.name, func(b *testing.B) {
 			url := "http://" + startServer(b, "http")
-			plain, rt := httpTransports[0].new(b), tc.new(b)
+			newBase := tc.base
+			if newBase == nil {
+				newBase = httpTransports[0].new
+			}
+			plain, rt := newBase(b), tc.rt(b)
 			call := func(rt http.RoundTripper) func() error {
 				return func() error {
 					code, err := roundTrip(rt, url)
@@ -370,5 +394,50 @@ func TestHTTPSanity(t *testing.T) {
 				t.Errorf("next saw deadline %v (set %v), %v after the start; want at most %dms after ServeHTTP", deadline, hasDeadline, deadline.Sub(start), handlerTimeoutMs)
 			}
 		})
+	}
+}
+
+// TestHTTPLayerSanity checks what BenchmarkHTTPTransportOverhead's
+// watertight-layer assumes: a watertight Transport over another sends the
+// same headers as a single one, with the same values (the deadline's to
+// within a millisecond or two, as time passes).
+func TestHTTPLayerSanity(t *testing.T) {
+	var tc overheadCase
+	for _, c := range overheadTransports {
+		if c.name == "watertight-layer" {
+			tc = c
+		}
+	}
+	if tc.base == nil {
+		t.Fatal("no watertight-layer case")
+	}
+	var got []http.Header
+	srv := newLoopback(t, func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Clone())
+		okHandler(w, r)
+	})
+	for _, rt := range []http.RoundTripper{tc.base(t), tc.rt(t)} {
+		if code, err := roundTrip(rt, srv.URL); code != http.StatusOK || err != nil {
+			t.Fatalf("status %d, %v", code, err)
+		}
+	}
+	one, two := got[0], got[1]
+	if len(one) != len(two) {
+		t.Fatalf("one Transport sent %v, two sent %v", one, two)
+	}
+	for k, v := range one {
+		w, ok := two[k]
+		switch {
+		case !ok || len(w) != len(v):
+			t.Errorf("%s: one Transport sent %q, two sent %q", k, v, w)
+		case k == watertighthttp.HeaderTimeout:
+			a, _ := strconv.Atoi(v[0])
+			b, _ := strconv.Atoi(w[0])
+			if a-b > 2 || b-a > 2 || len(v[0]) != len(w[0]) {
+				t.Errorf("%s: one Transport sent %q, two sent %q", k, v, w)
+			}
+		case v[0] != w[0]:
+			t.Errorf("%s: one Transport sent %q, two sent %q", k, v, w)
+		}
 	}
 }
