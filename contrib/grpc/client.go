@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -45,9 +46,10 @@ type ClientConfig struct {
 	// Bulkheads gives each key its bulkhead, which bounds the attempts (and
 	// the streams) in flight under that key. If nil, no bulkhead.
 	Bulkheads *bulkhead.Registry
-	// Retry configures the retry policy of unary calls; streams are never
-	// retried. Whatever Retry.Idempotent says, a call is retried only when
-	// it is idempotent: its method is listed in Idempotent, its context is
+	// Retry configures the retry policy of unary calls, except those of
+	// the methods named in Methods; streams are never retried. Whatever
+	// Retry.Idempotent says, a call is retried only when it is idempotent:
+	// its method is listed in Idempotent (or Methods), its context is
 	// marked by retry.Idempotent or retry.WithIdempotencyKey, or its
 	// outgoing metadata carries MetadataIdempotencyKey. If Retry.Retryable is
 	// nil, retry.IsTransient decides, which follows ClassifyCode and the
@@ -61,6 +63,13 @@ type ClientConfig struct {
 	// "/package.Service/") for every method of a service. Other entries are
 	// an error.
 	Idempotent []string
+	// Methods gives methods retry settings of their own, in the manner of
+	// a gRPC service config's methodConfig table (ParseServiceConfig reads
+	// one): a method named by an entry is idempotent and its unary calls
+	// are retried under the entry's Retry; a full method name beats a
+	// service entry, which beats "*". Calls of methods that no entry names
+	// use Retry, as without Methods. If nil, Retry serves every method.
+	Methods []MethodConfig
 	// Hedge, if not nil, hedges idempotent unary calls instead of retrying
 	// them: when an attempt has not answered within the policy's delay, a
 	// copy is sent, and the first success wins (see package hedge). Each
@@ -106,7 +115,8 @@ func KeyByTarget(_ string, cc *grpc.ClientConn) string {
 }
 
 // UnaryClientInterceptor returns an interceptor that runs each unary call
-// through a retry policy, the key's breaker and the key's bulkhead, in that
+// through a retry policy (ClientConfig.Retry, or that of the method's entry
+// in ClientConfig.Methods), the key's breaker and the key's bulkhead, in that
 // order (outermost first), each attempt under the caller's deadline less the
 // margin (see ClientConfig).
 //
@@ -184,7 +194,8 @@ type client struct {
 	dl        *deadline.Propagator
 	margin    time.Duration
 	max       time.Duration
-	idem      methodSet // ClientConfig.Idempotent
+	idem      methodSet    // ClientConfig.Idempotent
+	methods   *methodTable // ClientConfig.Methods; nil if none
 
 	cache *keycache.Cache[*pipes] // with the registries' generation (see pipes)
 }
@@ -192,10 +203,13 @@ type client struct {
 // pipes are the pipelines of one key: retrying (for idempotent calls), sent
 // once (retries not allowed: SkippedError for a transient failure), and, with
 // a hedge policy, the breaker and bulkhead alone, for each hedged attempt.
+// With ClientConfig.Methods, entries holds the retrying pipeline of each
+// entry, built on the first call that needs it (see entryPipe).
 type pipes struct {
 	breaker          *circuit.Breaker
 	bulk             *bulkhead.Bulkhead
 	idem, once, bare *watertight.Pipeline
+	entries          []atomic.Pointer[watertight.Pipeline] // per ClientConfig.Methods entry; nil if none
 }
 
 func newClient(cfg ClientConfig) (*client, error) {
@@ -232,6 +246,13 @@ func newClient(cfg ClientConfig) (*client, error) {
 		if err := c.idem.add(m); err != nil {
 			return nil, fmt.Errorf("watertightgrpc: ClientConfig.Idempotent[%d] %w, got %q", i, err, m)
 		}
+	}
+	if len(cfg.Methods) > 0 {
+		t, err := newMethodTable(cfg.Methods, cfg.Name)
+		if err != nil {
+			return nil, err
+		}
+		c.methods = t
 	}
 	return c, nil
 }
@@ -288,7 +309,53 @@ func (c *client) generation() uint64 {
 }
 
 func (c *client) build(key string, b *circuit.Breaker, h *bulkhead.Bulkhead) (*pipes, error) {
-	rc := c.retry
+	p := &pipes{breaker: b, bulk: h}
+	var err error
+	if p.idem, err = c.retryPipe(key, c.retry, true, b, h); err != nil {
+		return nil, fmt.Errorf("watertightgrpc: ClientConfig.Retry: %w", err)
+	}
+	if p.once, err = c.retryPipe(key, c.retry, false, b, h); err != nil {
+		return nil, fmt.Errorf("watertightgrpc: ClientConfig.Retry: %w", err)
+	}
+	if c.hedge != nil {
+		// hedge → breaker → bulkhead → attempt: the hedge runs outside.
+		var b2 watertight.Policy
+		var h2 watertight.Policy
+		if b != nil {
+			b2 = b
+		}
+		if h != nil {
+			h2 = h
+		}
+		p.bare = watertight.New(b2, h2)
+	}
+	if c.methods != nil {
+		p.entries = make([]atomic.Pointer[watertight.Pipeline], len(c.methods.retry))
+	}
+	return p, nil
+}
+
+// entryPipe returns the retrying pipeline of key p for entry e of
+// ClientConfig.Methods, building it on the first call that needs it. Two
+// calls that build it at once both use a valid pipeline; one is kept.
+func (c *client) entryPipe(key string, p *pipes, e int) (*watertight.Pipeline, error) {
+	if pipe := p.entries[e].Load(); pipe != nil {
+		return pipe, nil
+	}
+	pipe, err := c.retryPipe(key, c.methods.retry[e], true, p.breaker, p.bulk)
+	if err != nil { // not reached: newMethodTable checked the configuration
+		return nil, fmt.Errorf("watertightgrpc: ClientConfig.Methods[%d].Retry: %w", e, err)
+	}
+	if !p.entries[e].CompareAndSwap(nil, pipe) {
+		pipe = p.entries[e].Load()
+	}
+	return pipe, nil
+}
+
+// retryPipe returns the pipeline retry (rc, with idempotent) → breaker →
+// bulkhead for key, the retry policy's events sent to the client's
+// listener as well.
+func (c *client) retryPipe(key string, rc retry.Config, idempotent bool, b *circuit.Breaker, h *bulkhead.Bulkhead) (*watertight.Pipeline, error) {
 	if user, l := rc.OnEvent, c.listener; l != nil {
 		name := c.name
 		rc.OnEvent = func(ev retry.Event) {
@@ -310,42 +377,19 @@ func (c *client) build(key string, b *circuit.Breaker, h *bulkhead.Bulkhead) (*p
 			watertight.Emit(l, e)
 		}
 	}
-	p := &pipes{breaker: b, bulk: h}
-	mk := func(idempotent bool) (*watertight.Pipeline, error) {
-		rc.Idempotent = idempotent
-		r, err := retry.New(rc)
-		if err != nil {
-			return nil, fmt.Errorf("watertightgrpc: ClientConfig.Retry: %w", err)
-		}
-		pols := []watertight.Policy{r}
-		if b != nil {
-			pols = append(pols, b)
-		}
-		if h != nil {
-			pols = append(pols, h)
-		}
-		return watertight.New(pols...), nil
-	}
-	var err error
-	if p.idem, err = mk(true); err != nil {
+	rc.Idempotent = idempotent
+	r, err := retry.New(rc)
+	if err != nil {
 		return nil, err
 	}
-	if p.once, err = mk(false); err != nil {
-		return nil, err
+	pols := []watertight.Policy{r}
+	if b != nil {
+		pols = append(pols, b)
 	}
-	if c.hedge != nil {
-		// hedge → breaker → bulkhead → attempt: the hedge runs outside.
-		var b2 watertight.Policy
-		var h2 watertight.Policy
-		if b != nil {
-			b2 = b
-		}
-		if h != nil {
-			h2 = h
-		}
-		p.bare = watertight.New(b2, h2)
+	if h != nil {
+		pols = append(pols, h)
 	}
-	return p, nil
+	return watertight.New(pols...), nil
 }
 
 // reject gives a rejection by the client's own protections its gRPC status
@@ -459,7 +503,11 @@ func (c *client) unary(ctx context.Context, method string, req, reply any, cc *g
 	if err != nil {
 		return c.reject(key, err)
 	}
-	idem := c.idempotentMethod(method) || retry.IsIdempotent(ctx)
+	entry := -1 // the method's entry in ClientConfig.Methods
+	if c.methods != nil {
+		entry = c.methods.lookup(method)
+	}
+	idem := entry >= 0 || c.idempotentMethod(method) || retry.IsIdempotent(ctx)
 	ctx, keyInMD := outgoing(ctx, idem)
 	pipe := p.once
 	if idem || keyInMD {
@@ -469,6 +517,11 @@ func (c *client) unary(ctx context.Context, method string, req, reply any, cc *g
 			}
 		}
 		pipe = p.idem
+		if entry >= 0 {
+			if pipe, err = c.entryPipe(key, p, entry); err != nil {
+				return err
+			}
+		}
 	}
 	// u stays on the stack; what gRPC gets pointers to is in s, one
 	// allocation. One trailer and one option list for every attempt: the

@@ -563,3 +563,33 @@ func TestUnaryClientAllocs(t *testing.T) {
 		t.Errorf("%v allocations per call, want 1", n)
 	}
 }
+
+// With ClientConfig.Methods, a call still allocates once: the lookup of
+// its method's entry (exact name, service, default) allocates nothing, and
+// the entry's pipelines are built on the first call and kept.
+func TestUnaryClientAllocsWithMethods(t *testing.T) {
+	icpt, err := watertightgrpc.UnaryClientInterceptor(watertightgrpc.ClientConfig{
+		Breakers:  breakers(t, circuit.Config{}),
+		Bulkheads: bulkheads(t, bulkhead.Config{MaxConcurrent: 100}),
+		Methods: []watertightgrpc.MethodConfig{
+			{Names: []string{methodCall}, Retry: retry.Config{MaxAttempts: 2}},
+			{Names: []string{"/" + svcName + "/*"}},
+			{Names: []string{"*"}, Retry: retry.Config{MaxAttempts: 4}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := bounded(t)
+	for _, method := range []string{methodCall, methodOther, "/watertight.test.Elsewhere/Call"} {
+		call := func() {
+			if err := icpt(ctx, method, nil, nil, nil, nopInvoker); err != nil {
+				t.Fatal(err)
+			}
+		}
+		call() // the key's pipelines are built on the first call
+		if n := testing.AllocsPerRun(200, call); n != 1 {
+			t.Errorf("%s: %v allocations per call, want 1", method, n)
+		}
+	}
+}

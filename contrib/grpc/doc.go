@@ -20,9 +20,11 @@
 // are never retried.
 //
 // A call is retried only when it is idempotent: its method is listed in
-// ClientConfig.Idempotent, or its context is marked with retry.Idempotent or
-// retry.WithIdempotencyKey, or its outgoing metadata carries an
-// idempotency-key. With ClientConfig.Hedge, idempotent calls are hedged
+// ClientConfig.Idempotent or named in ClientConfig.Methods (a per-method
+// table of retry settings, which ParseServiceConfig reads from a gRPC
+// service config's methodConfig), or its context is marked with
+// retry.Idempotent or retry.WithIdempotencyKey, or its outgoing metadata
+// carries an idempotency-key. With ClientConfig.Hedge, idempotent calls are hedged
 // (package hedge) instead of retried: hedge → breaker → bulkhead → attempt.
 //
 // # Status codes

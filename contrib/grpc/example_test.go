@@ -115,3 +115,53 @@ func ExampleParsePushback() {
 	// -1 0s false
 	// soon 0s false
 }
+
+// ExampleParseServiceConfig reads the retry settings of a gRPC service
+// config, for ClientConfig.Methods: the cart's Get is retried up to 4 times
+// on UNAVAILABLE, every other method up to 2 times (the "*" entry); the
+// entry without a retryPolicy is skipped.
+func ExampleParseServiceConfig() {
+	methods, err := watertightgrpc.ParseServiceConfig([]byte(`{
+	  "loadBalancingConfig": [{"round_robin": {}}],
+	  "methodConfig": [
+	    {
+	      "name": [{"service": "shop.Cart", "method": "Get"}, {"service": "shop.Catalog"}],
+	      "timeout": "2s",
+	      "retryPolicy": {
+	        "maxAttempts": 4,
+	        "initialBackoff": "0.1s",
+	        "maxBackoff": "1s",
+	        "backoffMultiplier": 2,
+	        "retryableStatusCodes": ["UNAVAILABLE"]
+	      }
+	    },
+	    {
+	      "name": [{}],
+	      "retryPolicy": {
+	        "maxAttempts": 2,
+	        "initialBackoff": "0.05s",
+	        "maxBackoff": "0.05s",
+	        "backoffMultiplier": 1,
+	        "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]
+	      }
+	    },
+	    {"name": [{"service": "shop.Orders"}], "waitForReady": true}
+	  ]
+	}`))
+	if err != nil {
+		panic(err)
+	}
+	retryBudget, _ := budget.New(budget.DefaultConfig())
+	for i, m := range methods {
+		methods[i].Retry.Budget = retryBudget // one budget for the dependency
+		fmt.Println(m.Names, "attempts:", m.Retry.MaxAttempts,
+			"unavailable:", m.Retry.Retryable(status.Error(codes.Unavailable, "down")),
+			"resource exhausted:", m.Retry.Retryable(status.Error(codes.ResourceExhausted, "quota")))
+	}
+	_, err = watertightgrpc.UnaryClientInterceptor(watertightgrpc.ClientConfig{Methods: methods})
+	fmt.Println("interceptor:", err)
+	// Output:
+	// [/shop.Cart/Get /shop.Catalog/*] attempts: 4 unavailable: true resource exhausted: false
+	// [*] attempts: 2 unavailable: true resource exhausted: true
+	// interceptor: <nil>
+}
