@@ -76,3 +76,42 @@ func BenchmarkTransport(b *testing.B) {
 		})
 	}
 }
+
+// ctxKey keys the values of BenchmarkTransportDeepContext's context.
+type ctxKey int
+
+// BenchmarkTransportDeepContext is BenchmarkTransport's watertight case
+// under a context twelve values deep, as a server handler's often is
+// (server, connection, middlewares): the Transport's context lookups (the
+// deadline, the idempotency key, the criticality) each walk the chain
+// when, as here, the value is not there.
+func BenchmarkTransportDeepContext(b *testing.B) {
+	wt, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{Base: staticRT{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, depth := range []int{0, 12} {
+		b.Run(fmt.Sprintf("values-%d", depth), func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			for i := range depth {
+				ctx = context.WithValue(ctx, ctxKey(i), i)
+			}
+			ctx, cancel2 := context.WithCancel(ctx)
+			defer cancel2()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://backend.example/item", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := wt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+}
