@@ -25,17 +25,18 @@ const (
 // redisServer is a redis-server process of the test's own, which the test
 // can kill and start again on the same port.
 type redisServer struct {
-	t    *testing.T
-	bin  string
-	port int
-	cmd  *exec.Cmd
-	out  bytes.Buffer
+	t     *testing.T
+	bin   string
+	port  int
+	extra []string // more redis-server arguments
+	cmd   *exec.Cmd
+	out   bytes.Buffer
 }
 
 // startOwnRedis starts a redis-server without persistence on a free port
-// of 127.0.0.1. Without the binary the test is skipped, or fails under
+// of 127.0.0.1, with the extra arguments. Without the binary the test is skipped, or fails under
 // WATERTIGHT_REQUIRE_REDIS=1.
-func startOwnRedis(t *testing.T) *redisServer {
+func startOwnRedis(t *testing.T, extra ...string) *redisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -50,7 +51,7 @@ func startOwnRedis(t *testing.T) *redisServer {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	r := &redisServer{t: t, bin: bin, port: port}
+	r := &redisServer{t: t, bin: bin, port: port, extra: extra}
 	r.start()
 	t.Cleanup(r.kill)
 	return r
@@ -61,8 +62,9 @@ func (r *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(r.port)
 func (r *redisServer) start() {
 	r.t.Helper()
 	r.out.Reset()
-	r.cmd = exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no")
+	args := append([]string{"--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no"}, r.extra...)
+	r.cmd = exec.Command(r.bin, args...)
 	r.cmd.Stdout = &r.out
 	r.cmd.Stderr = &r.out
 	if err := r.cmd.Start(); err != nil {
