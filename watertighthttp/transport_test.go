@@ -1196,3 +1196,50 @@ func TestTransportFollowsRegistryEvictions(t *testing.T) {
 		}
 	}
 }
+
+// Requests to more hosts than the registries hold, from several goroutines:
+// keys are evicted and created again all the time while the Transport keeps
+// and checks its pipelines. Every request is either sent or refused with
+// the registries' ErrTooManyKeys (when every bulkhead is busy), and the
+// race detector sees the cache's and the registries' accesses.
+func TestTransportRegistryChurn(t *testing.T) {
+	breakers, err := circuit.NewRegistry(circuit.RegistryConfig{MaxKeys: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bulkheads, err := bulkhead.NewRegistry(bulkhead.RegistryConfig{MaxKeys: 3, Config: bulkhead.Config{MaxConcurrent: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{Base: okRT{}, Breakers: breakers, Bulkheads: bulkheads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				host := "h" + strconv.Itoa((g*3+i)%10)
+				req, _ := http.NewRequest(http.MethodGet, "http://"+host+"/", nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					if !errors.Is(err, bulkhead.ErrTooManyKeys) && !errors.Is(err, circuit.ErrTooManyKeys) {
+						t.Errorf("request to %s: %v", host, err)
+						return
+					}
+					continue
+				}
+				resp.Body.Close()
+				sent.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if sent.Load() == 0 {
+		t.Fatal("no request was sent")
+	}
+	if n := breakers.Len(); n > 3 {
+		t.Errorf("%d breakers held, more than MaxKeys 3", n)
+	}
+}
