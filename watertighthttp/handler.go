@@ -25,6 +25,9 @@ const (
 	// DefaultMaxRoutes is the route bound used when HandlerConfig.MaxRoutes
 	// is zero.
 	DefaultMaxRoutes = 1000
+	// DefaultMaxClients is the client bound used when
+	// HandlerConfig.MaxClients is zero.
+	DefaultMaxClients = 10000
 )
 
 // OtherRoutes is the route name of the admission limit shared by the routes
@@ -48,6 +51,10 @@ var (
 	// the client went away) while it waited in the queue; it was not run.
 	// The error passed to OnShed also matches the context's error.
 	ErrQueueGaveUp = watertight.NewSaturation("watertighthttp: request ended while queued")
+	// ErrClientLimit: the request's client (HandlerConfig.Client) already
+	// had MaxPerClient requests in the Handler, running or queued, and the
+	// request was turned away at once, with 429 Too Many Requests.
+	ErrClientLimit = watertight.NewSaturation("watertighthttp: client at its limit of requests in flight")
 )
 
 // HandlerConfig configures Handler. The zero value is valid: the default
@@ -79,10 +86,31 @@ type HandlerConfig struct {
 	// OtherRoutes. Zero means DefaultMaxRoutes (1000); a negative value
 	// means no bound.
 	MaxRoutes int
+	// Client, if not nil, returns the identity of a request's client (an
+	// API key's ID, a tenant, an authenticated user; the remote address
+	// only when no proxy sits in front), under which MaxPerClient applies:
+	// one client cannot hold more than its share of the server, whatever
+	// the routes it calls. It runs after the deadline is read, before
+	// admission. An empty identity is not limited. The identity is never
+	// written into a response or an event: it may be a secret.
+	Client func(*http.Request) string
+	// MaxPerClient is how many requests of one client may be in the
+	// Handler at once, running or waiting in a route's queue. A request
+	// beyond it is rejected at once with 429 Too Many Requests,
+	// HeaderOverloaded and Retry-After: 1 (reason ErrClientLimit). It must
+	// be positive when Client is set, and is ignored when Client is nil.
+	MaxPerClient int
+	// MaxClients bounds the number of clients whose counts are kept. When
+	// the table is full, a new client makes room by dropping an idle one
+	// (nothing in flight); when none is idle, that is when this many
+	// clients all have requests in flight, the new client's request is
+	// let through uncounted (the route limits still apply). Zero means
+	// DefaultMaxClients (10000); a negative value means no bound.
+	MaxClients int
 	// OnShed, if not nil, is called for every request the Handler sheds or
 	// rejects without running the next handler, with the reason (an error
-	// matching ErrRouteFull, ErrDisplaced, ErrQueueGaveUp or
-	// deadline.ErrTooShort). It is called in the request's goroutine, after
+	// matching ErrRouteFull, ErrDisplaced, ErrQueueGaveUp, ErrClientLimit
+	// or deadline.ErrTooShort). It is called in the request's goroutine, after
 	// the response has been written, never under a lock; it must not use
 	// the ResponseWriter.
 	OnShed func(r *http.Request, reason error)
@@ -117,11 +145,13 @@ const eventSource = "http"
 //     counts as Critical and is logged once;
 //  3. shed a request whose deadline has passed or leaves less than the
 //     Propagator's MinRemaining: it cannot be served in time;
-//  4. admission: at most MaxConcurrent requests per route run at once, and
+//  4. with HandlerConfig.Client set, reject a request whose client already
+//     has MaxPerClient requests in the Handler (running or queued);
+//  5. admission: at most MaxConcurrent requests per route run at once, and
 //     at most MaxQueue wait; a queued request whose context ends (deadline
 //     passed, client gone) is dropped without running, and one that is let
 //     in with too little time left is shed as in step 3;
-//  5. next, with the request's context derived from r.Context(), so that a
+//  6. next, with the request's context derived from r.Context(), so that a
 //     client that goes away cancels the work.
 //
 // # Responses
@@ -134,8 +164,10 @@ const eventSource = "http"
 // route is full), Retry-After: 1 is added. A request shed for its deadline
 // also gets 503 and the overloaded signal, without Retry-After: a retry
 // within the same deadline cannot help, and 504 Gateway Timeout would wrongly
-// say an upstream timed out. 429 is not used: the Handler has no per-client
-// limits.
+// say an upstream timed out. A request over its client's limit
+// (ErrClientLimit) gets 429 Too Many Requests instead, with the same headers
+// and Retry-After: 1: that client sent too many, the server is not
+// necessarily full. Neither its body nor its event names the client.
 //
 // # Queue discipline: adaptive LIFO
 //
@@ -176,6 +208,20 @@ func Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
 	}
 	if h.logger == nil {
 		h.logger = slog.Default()
+	}
+	if cfg.Client != nil {
+		if cfg.MaxPerClient <= 0 {
+			return nil, fmt.Errorf("watertighthttp: HandlerConfig.MaxPerClient must be > 0 when Client is set, got %d", cfg.MaxPerClient)
+		}
+		maxClients := cfg.MaxClients
+		switch {
+		case maxClients == 0:
+			maxClients = DefaultMaxClients
+		case maxClients < 0:
+			maxClients = -1
+		}
+		h.client = cfg.Client
+		h.clients = newClientTable(cfg.MaxPerClient, maxClients)
 	}
 	if cfg.MaxConcurrent >= 0 {
 		maxc := cfg.MaxConcurrent
@@ -247,6 +293,8 @@ type handler struct {
 	deadline *deadline.Propagator
 	route    func(*http.Request) string // nil: routeKey's default
 	routes   *routeTable                // nil: no admission limit
+	client   func(*http.Request) string // nil: no per-client limit
+	clients  *clientTable
 	onShed   func(*http.Request, error)
 	logger   *slog.Logger
 	name     string
@@ -275,6 +323,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h.deadline.Check(ctx); err != nil {
 		h.shed(w, r, "", err, "the request's deadline is too short to start it: "+err.Error(), false)
 		return
+	}
+
+	if h.client != nil {
+		if id := h.client(r); id != "" {
+			c, ok := h.clients.enter(id)
+			if !ok {
+				h.shedClient(w, r)
+				return
+			}
+			if c != nil {
+				defer c.leave()
+			}
+		}
 	}
 
 	if h.routes != nil {
@@ -311,10 +372,24 @@ func (h *handler) shedAdmission(w http.ResponseWriter, r *http.Request, a *admis
 	}
 }
 
+// shedClient answers a request whose client is at its limit: 429, with the
+// overloaded signal (this client should not retry at once, nor should the
+// layers above it) and Retry-After, since its own requests finishing is
+// what makes room. Neither the body nor the event names the client.
+func (h *handler) shedClient(w http.ResponseWriter, r *http.Request) {
+	h.shedStatus(w, r, http.StatusTooManyRequests, "", ErrClientLimit,
+		fmt.Sprintf("this client already has %s in flight, its limit", plural(h.clients.max, "request")), true)
+}
+
 // shed writes the 503 answer and calls OnShed and the Listener. route is the
 // request's route name, or "" when the request was shed before its route
 // was looked up.
 func (h *handler) shed(w http.ResponseWriter, r *http.Request, route string, reason error, msg string, retryAfter bool) {
+	h.shedStatus(w, r, http.StatusServiceUnavailable, route, reason, msg, retryAfter)
+}
+
+// shedStatus is shed with the status code given.
+func (h *handler) shedStatus(w http.ResponseWriter, r *http.Request, status int, route string, reason error, msg string, retryAfter bool) {
 	hd := w.Header()
 	hd.Set("Content-Type", "text/plain; charset=utf-8")
 	hd.Set("X-Content-Type-Options", "nosniff")
@@ -323,7 +398,7 @@ func (h *handler) shed(w http.ResponseWriter, r *http.Request, route string, rea
 	if retryAfter {
 		hd.Set("Retry-After", "1")
 	}
-	w.WriteHeader(http.StatusServiceUnavailable)
+	w.WriteHeader(status)
 	_, _ = io.WriteString(w, "watertight: shed: "+shedLine(msg)+"\n")
 	if h.onShed != nil {
 		h.onShed(r, reason)

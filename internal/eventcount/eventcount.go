@@ -82,11 +82,13 @@ func ShedReason(e watertight.Event) string {
 		return "displaced"
 	case errors.Is(e.Err, watertighthttp.ErrQueueGaveUp):
 		return "queue_gave_up"
+	case errors.Is(e.Err, watertighthttp.ErrClientLimit):
+		return "client_limit"
 	case errors.Is(e.Err, deadline.ErrTooShort), errors.Is(e.Err, deadline.ErrExpired):
 		return "deadline"
 	}
 	switch e.Reason {
-	case "route_full", "displaced", "queue_gave_up", "deadline":
+	case "route_full", "displaced", "queue_gave_up", "client_limit", "deadline":
 		return e.Reason
 	}
 	return "other"

@@ -24,6 +24,7 @@ func TestKeyOf(t *testing.T) {
 		{watertight.Event{Kind: watertight.EventRetrySkipped, Reason: "retry budget exhausted"}, "no_budget", ""},
 		{watertight.Event{Kind: watertight.EventRetrySkipped, Reason: "something new"}, "other", ""},
 		{watertight.Event{Kind: watertight.EventShed, Err: watertighthttp.ErrRouteFull}, "route_full", ""},
+		{watertight.Event{Kind: watertight.EventShed, Err: fmt.Errorf("x: %w", watertighthttp.ErrClientLimit)}, "client_limit", ""},
 		{watertight.Event{Kind: watertight.EventShed, Reason: "free text"}, "other", ""},
 		{watertight.Event{Kind: watertight.EventRejected, Reason: "unbounded text is not a label"}, "", ""},
 	} {

@@ -1,0 +1,397 @@
+package watertighthttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/watertight-go/watertight"
+)
+
+// hClientHeader carries a test request's client identity.
+const hClientHeader = "X-Test-Client"
+
+// hClientID is the Client function of the per-client tests.
+func hClientID(r *http.Request) string { return r.Header.Get(hClientHeader) }
+
+// hCheckClientShed checks a per-client rejection: 429, the overloaded
+// signal, Retry-After: 1, one line that names the limit and not the client.
+func hCheckClientShed(t *testing.T, r hResp, limit int, client string) {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("request failed: %v", r.err)
+	}
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("status = %d, want 429 (body %q)", r.status, r.body)
+	}
+	if got := r.header.Get(HeaderOverloaded); got != "true" {
+		t.Errorf("%s = %q, want \"true\"", HeaderOverloaded, got)
+	}
+	if got := r.header.Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After = %q, want 1", got)
+	}
+	want := fmt.Sprintf("watertight: shed: this client already has %s in flight, its limit\n", plural(limit, "request"))
+	if r.body != want {
+		t.Errorf("body %q, want %q", r.body, want)
+	}
+	if strings.Contains(r.body, client) || strings.Contains(fmt.Sprint(r.header), client) {
+		t.Errorf("the answer names the client %q: %q %v", client, r.body, r.header)
+	}
+}
+
+func TestHandlerClientLimit(t *testing.T) {
+	b := hNewBlocker()
+	var shed []error
+	var events []watertight.Event
+	var mu sync.Mutex
+	srv, _ := hNewServer(t, b, HandlerConfig{
+		Client: hClientID, MaxPerClient: 2,
+		OnShed: func(r *http.Request, reason error) {
+			mu.Lock()
+			defer mu.Unlock()
+			shed = append(shed, reason)
+		},
+		Listener: watertight.ListenerFunc(func(e watertight.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, e)
+		}),
+	})
+	client := hNewClient(t)
+	const alice = "alice-secret-key"
+	as := map[string]string{hClientHeader: alice}
+	results := make(chan hResp, 10)
+	for _, id := range []string{"1", "2"} {
+		go func() { results <- hGet(context.Background(), client, srv.URL+"/a?id="+id, as) }()
+	}
+	<-b.started
+	<-b.started
+
+	// Alice's third request, on another route, finds her at her limit.
+	hCheckClientShed(t, hGet(context.Background(), client, srv.URL+"/b?id=3", as), 2, alice)
+	mu.Lock()
+	if len(shed) != 1 || !errors.Is(shed[0], ErrClientLimit) || !watertight.IsSaturation(shed[0]) {
+		t.Errorf("OnShed got %v, want one ErrClientLimit, a saturation", shed)
+	}
+	if len(events) != 1 || events[0].Kind != watertight.EventShed || !errors.Is(events[0].Err, ErrClientLimit) ||
+		events[0].Key != "GET /b" || strings.Contains(fmt.Sprint(events[0]), alice) {
+		t.Errorf("events %+v, want one EventShed for GET /b with ErrClientLimit, not naming the client", events)
+	}
+	mu.Unlock()
+
+	// Another client, and requests without an identity, are not limited by
+	// Alice's count.
+	go func() {
+		results <- hGet(context.Background(), client, srv.URL+"/a?id=4", map[string]string{hClientHeader: "bob"})
+	}()
+	if id := <-b.started; id != "4" {
+		t.Fatalf("started %q, want Bob's 4", id)
+	}
+	for _, id := range []string{"5", "6", "7"} {
+		go func() { results <- hGet(context.Background(), client, srv.URL+"/a?id="+id, nil) }()
+		<-b.started
+	}
+
+	// One of Alice's finishing makes room for one more.
+	b.release <- struct{}{}
+	if r := <-results; r.status != http.StatusOK {
+		t.Fatalf("status %d", r.status)
+	}
+	go func() { results <- hGet(context.Background(), client, srv.URL+"/a?id=8", as) }()
+	<-b.started
+	hCheckClientShed(t, hGet(context.Background(), client, srv.URL+"/a?id=9", as), 2, alice)
+
+	close(b.release)
+	for range 6 {
+		if r := <-results; r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("request: %v %d %q", r.err, r.status, r.body)
+		}
+	}
+	if n := b.ran.Load(); n != 7 {
+		t.Fatalf("handler ran %d times, want 7 (the two rejected never ran)", n)
+	}
+}
+
+// A request waiting in a route's queue counts against its client, and a
+// request the client limit rejects never joins the queue.
+func TestHandlerClientLimitCountsQueued(t *testing.T) {
+	b := hNewBlocker()
+	srv, h := hNewServer(t, b, HandlerConfig{Client: hClientID, MaxPerClient: 2, MaxConcurrent: 1, MaxQueue: 5})
+	queued := make(chan string, 10)
+	h.routes.setQueuedHook(func(route string) { queued <- route })
+	client := hNewClient(t)
+	as := map[string]string{hClientHeader: "alice"}
+	results := make(chan hResp, 3)
+	go func() { results <- hGet(context.Background(), client, srv.URL+"/a?id=1", as) }()
+	<-b.started
+	go func() { results <- hGet(context.Background(), client, srv.URL+"/a?id=2", as) }()
+	<-queued
+	hCheckClientShed(t, hGet(context.Background(), client, srv.URL+"/a?id=3", as), 2, "alice")
+	select {
+	case r := <-queued:
+		t.Fatalf("the rejected request joined the queue of %q", r)
+	default:
+	}
+	close(b.release)
+	for range 2 {
+		if r := <-results; r.status != http.StatusOK {
+			t.Fatalf("status %d", r.status)
+		}
+	}
+}
+
+// The Transport honours the 429's overloaded signal: one attempt, the
+// response returned as it is.
+func TestTransportDoesNotRetryClientLimit(t *testing.T) {
+	b := hNewBlocker()
+	srv, _ := hNewServer(t, b, HandlerConfig{Client: hClientID, MaxPerClient: 1})
+	client := hNewClient(t)
+	as := map[string]string{hClientHeader: "alice"}
+	done := make(chan hResp, 1)
+	go func() { done <- hGet(context.Background(), client, srv.URL+"/a?id=1", as) }()
+	<-b.started
+
+	tr, err := NewTransport(TransportConfig{Base: client.Transport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/a?id=2", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(hClientHeader, "alice")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || !IsOverloadedResponse(resp) {
+		t.Fatalf("status %d, overloaded %v; want 429 with the signal", resp.StatusCode, IsOverloadedResponse(resp))
+	}
+	close(b.release)
+	<-done
+	if n := b.ran.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+func TestHandlerClientConfig(t *testing.T) {
+	for _, n := range []int{0, -1} {
+		_, err := Handler(http.NotFoundHandler(), HandlerConfig{Client: hClientID, MaxPerClient: n})
+		if err == nil || !strings.Contains(err.Error(), "HandlerConfig.MaxPerClient") {
+			t.Errorf("MaxPerClient %d: error %v, want one naming HandlerConfig.MaxPerClient", n, err)
+		}
+	}
+	wh, err := Handler(http.NotFoundHandler(), HandlerConfig{MaxPerClient: 3})
+	if err != nil || wh.(*handler).clients != nil {
+		t.Fatalf("MaxPerClient without Client: %v, table %v; want no per-client limit", err, wh.(*handler).clients)
+	}
+}
+
+// When every client in a full table has requests in flight, a new
+// client's requests go uncounted; once one is idle, a new client takes its
+// place and is counted.
+func TestClientTableFull(t *testing.T) {
+	ct := newClientTable(1, 1)
+	a, ok := ct.enter("a")
+	if !ok || a == nil {
+		t.Fatal("a: not admitted and counted")
+	}
+	for range 2 { // b twice: uncounted, so never at its limit
+		if c, ok := ct.enter("b"); !ok || c != nil {
+			t.Fatalf("b: admitted %v, counted %v; want admitted uncounted", ok, c != nil)
+		}
+	}
+	if _, ok := ct.enter("a"); ok {
+		t.Fatal("a's second request admitted, limit 1")
+	}
+	a.leave()
+	c, ok := ct.enter("c")
+	if !ok || c == nil {
+		t.Fatal("c: not counted after a went idle")
+	}
+	if _, ok := ct.enter("c"); ok {
+		t.Fatal("c's second request admitted, limit 1")
+	}
+	if x, ok := ct.enter("a"); !ok || x != nil {
+		t.Fatalf("a after its eviction: admitted %v, counted %v; want uncounted (c is busy)", ok, x != nil)
+	}
+}
+
+// TestClientTableModel checks the table against a model, one operation at
+// a time: a client at its limit is refused; below it, it is counted, unless
+// it has nothing in flight and maxClients other clients all have.
+func TestClientTableModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		maxPer := rapid.IntRange(1, 3).Draw(t, "maxPer")
+		maxClients := rapid.IntRange(1, 4).Draw(t, "maxClients")
+		ct := newClientTable(maxPer, maxClients)
+		ids := []string{"a", "b", "c", "d", "e", "f"}
+		count := map[string]int{} // counted requests in flight
+		var held []struct {
+			id string
+			c  *clientCount
+		}
+		busy := func() int {
+			n := 0
+			for _, v := range count {
+				if v > 0 {
+					n++
+				}
+			}
+			return n
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"enter": func(t *rapid.T) {
+				id := rapid.SampledFrom(ids).Draw(t, "id")
+				c, ok := ct.enter(id)
+				switch {
+				case count[id] >= maxPer:
+					if ok {
+						t.Fatalf("%s at %d of %d: admitted", id, count[id], maxPer)
+					}
+				case count[id] > 0 || busy() < maxClients:
+					if !ok || c == nil {
+						t.Fatalf("%s at %d of %d, %d busy of %d: admitted %v, counted %v; want counted", id, count[id], maxPer, busy(), maxClients, ok, c != nil)
+					}
+					count[id]++
+					held = append(held, struct {
+						id string
+						c  *clientCount
+					}{id, c})
+				default:
+					if !ok || c != nil {
+						t.Fatalf("%s idle, %d busy of %d: admitted %v, counted %v; want uncounted", id, busy(), maxClients, ok, c != nil)
+					}
+				}
+			},
+			"leave": func(t *rapid.T) {
+				if len(held) == 0 {
+					t.Skip("nothing held")
+				}
+				i := rapid.IntRange(0, len(held)-1).Draw(t, "i")
+				h := held[i]
+				held = append(held[:i], held[i+1:]...)
+				h.c.leave()
+				count[h.id]--
+			},
+		})
+	})
+}
+
+// TestHandlerClientLimitRace sends many concurrent requests of three
+// clients, four goroutines each: a client never has more than MaxPerClient
+// running, every request gets 200 or 429, and afterwards every count is
+// back to zero. With a table of two clients, the same holds but the limit
+// (a client may go uncounted while the other two are busy).
+func TestHandlerClientLimitRace(t *testing.T) {
+	for _, maxClients := range []int{0, 2} {
+		t.Run(fmt.Sprint("maxClients=", maxClients), func(t *testing.T) {
+			const maxPer = 2
+			var mu sync.Mutex
+			running := map[string]int{}
+			var over atomic.Bool
+			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				id := hClientID(r)
+				mu.Lock()
+				running[id]++
+				if running[id] > maxPer {
+					over.Store(true)
+				}
+				mu.Unlock()
+				for range 10 { // let the others run meanwhile
+					runtime.Gosched()
+				}
+				mu.Lock()
+				running[id]--
+				mu.Unlock()
+			})
+			srv, h := hNewServer(t, next, HandlerConfig{Client: hClientID, MaxPerClient: maxPer, MaxClients: maxClients})
+			client := hNewClient(t)
+			var wg sync.WaitGroup
+			var bad, limited atomic.Int64
+			for g := range 12 {
+				wg.Go(func() {
+					hdr := map[string]string{hClientHeader: fmt.Sprint("c", g%3)}
+					for range 25 {
+						r := hGet(context.Background(), client, srv.URL+"/x", hdr)
+						switch {
+						case r.err != nil:
+							bad.Add(1)
+						case r.status == http.StatusTooManyRequests:
+							limited.Add(1)
+						case r.status != http.StatusOK:
+							bad.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if maxClients == 0 && over.Load() {
+				t.Error("a client had more than MaxPerClient requests running")
+			}
+			if n := bad.Load(); n != 0 {
+				t.Errorf("%d requests failed or got neither 200 nor 429", n)
+			}
+			t.Logf("%d of 300 requests limited", limited.Load())
+			h.clients.m.Range(func(id string, c *clientCount) bool {
+				if n := c.n.Load(); n != 0 && n != clientEvicted {
+					t.Errorf("client %s: count %d after all requests, want 0", id, n)
+				}
+				return true
+			})
+		})
+	}
+}
+
+// BenchmarkClientTable is the per-client limit's cost per request: a
+// lookup and two atomic adds. parallel: each goroutine a client of its
+// own, as requests of different clients are; parallel-one-client: all the
+// same client, whose count every request writes.
+func BenchmarkClientTable(b *testing.B) {
+	ct := newClientTable(1<<30, DefaultMaxClients)
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			c, ok := ct.enter("tenant-42")
+			if !ok || c == nil {
+				b.Fatal("not counted")
+			}
+			c.leave()
+		}
+	})
+	var next atomic.Int64
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			id := fmt.Sprint("tenant-", next.Add(1))
+			for pb.Next() {
+				c, ok := ct.enter(id)
+				if !ok || c == nil {
+					panic("not counted")
+				}
+				c.leave()
+			}
+		})
+	})
+	b.Run("parallel-one-client", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				c, ok := ct.enter("tenant-42")
+				if !ok || c == nil {
+					panic("not counted")
+				}
+				c.leave()
+			}
+		})
+	})
+}
