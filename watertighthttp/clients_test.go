@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -394,4 +395,38 @@ func BenchmarkClientTable(b *testing.B) {
 			}
 		})
 	})
+}
+
+// A client may have one request in the Handler at a time: a second one
+// sent while the first runs is refused with 429; another client's is not.
+func ExampleHandler_perClient() {
+	var h http.Handler
+	h, err := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/first" {
+			// While Alice's first request runs, she and Bob send another.
+			for _, who := range []string{"alice", "bob"} {
+				req := httptest.NewRequest(http.MethodGet, "/second", nil)
+				req.Header.Set("X-Api-Client", who)
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				fmt.Printf("%s's second: %d %s", who, rec.Code, rec.Body.String())
+			}
+		}
+		fmt.Fprintln(w, "served")
+	}), HandlerConfig{
+		Client:       func(r *http.Request) string { return r.Header.Get("X-Api-Client") },
+		MaxPerClient: 1,
+	})
+	if err != nil {
+		panic(err)
+	}
+	req := httptest.NewRequest(http.MethodGet, "/first", nil)
+	req.Header.Set("X-Api-Client", "alice")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	fmt.Printf("alice's first: %d %s", rec.Code, rec.Body.String())
+	// Output:
+	// alice's second: 429 watertight: shed: this client already has 1 request in flight, its limit
+	// bob's second: 200 served
+	// alice's first: 200 served
 }
