@@ -221,7 +221,7 @@ func Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
 			maxClients = -1
 		}
 		h.client = cfg.Client
-		h.clients = newClientTable(cfg.MaxPerClient, maxClients)
+		h.clients = admq.NewClients(cfg.MaxPerClient, maxClients)
 	}
 	if cfg.MaxConcurrent >= 0 {
 		maxc := cfg.MaxConcurrent
@@ -294,7 +294,7 @@ type handler struct {
 	route    func(*http.Request) string // nil: routeKey's default
 	routes   *routeTable                // nil: no admission limit
 	client   func(*http.Request) string // nil: no per-client limit
-	clients  *clientTable
+	clients  *admq.Clients
 	onShed   func(*http.Request, error)
 	logger   *slog.Logger
 	name     string
@@ -327,13 +327,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if h.client != nil {
 		if id := h.client(r); id != "" {
-			c, ok := h.clients.enter(id)
+			c, ok := h.clients.Enter(id)
 			if !ok {
 				h.shedClient(w, r)
 				return
 			}
 			if c != nil {
-				defer c.leave()
+				defer c.Leave()
 			}
 		}
 	}
@@ -378,7 +378,7 @@ func (h *handler) shedAdmission(w http.ResponseWriter, r *http.Request, a *admis
 // what makes room. Neither the body nor the event names the client.
 func (h *handler) shedClient(w http.ResponseWriter, r *http.Request) {
 	h.shedStatus(w, r, http.StatusTooManyRequests, "", ErrClientLimit,
-		fmt.Sprintf("this client already has %s in flight, its limit", plural(h.clients.max, "request")), true)
+		fmt.Sprintf("this client already has %s in flight, its limit", plural(h.clients.Max(), "request")), true)
 }
 
 // shed writes the 503 answer and calls OnShed and the Listener. route is the

@@ -16,4 +16,7 @@
 //
 // Refs counts the holders of a Queue kept in a table that evicts idle
 // entries, so that a key never has two queues in use at once.
+//
+// Clients is the adapters' per-client limit: a bounded table of the
+// requests each client has in flight.
 package admission

@@ -1,0 +1,95 @@
+package admission
+
+import (
+	"errors"
+	"math"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/watertight-go/watertight/internal/keyed"
+)
+
+// Clients counts the requests each client has in flight, for up to
+// maxClients clients, and refuses a client's request beyond maxPerClient
+// (the adapters' per-client limits). A client's count is one atomic add on
+// arrival and one on departure; a new client takes the table's lock once.
+// An idle client (nothing in flight) is dropped when the table is full and
+// a new one needs room; a client's count is never dropped while it has
+// requests in flight, so a client never has two counts at once. When every
+// client in a full table has requests in flight, a new client's requests
+// go uncounted until one is idle. It is safe for concurrent use.
+type Clients struct {
+	max int // requests in flight per client
+	m   *keyed.Map[*ClientCount]
+}
+
+// errClientsFull is keyed.Map.Get's answer when every client in the table
+// has requests in flight.
+var errClientsFull = errors.New("admission: client table full")
+
+// clientEvicted is the count of a dropped client: so negative that adding
+// any number of arrivals to it leaves it negative.
+const clientEvicted = math.MinInt64 / 2
+
+// ClientCount is one client's requests in flight. It fills a cache line,
+// so that two clients' counts, written by every request, do not share one.
+type ClientCount struct {
+	n atomic.Int64 // clientEvicted once the table has dropped it
+	_ [56]byte
+}
+
+// NewClients returns a table that allows maxPerClient (> 0) requests in
+// flight per client, for up to maxClients clients (< 0: no bound).
+func NewClients(maxPerClient, maxClients int) *Clients {
+	return &Clients{
+		max: maxPerClient,
+		m: keyed.New(maxClients,
+			func(string) (*ClientCount, error) { return new(ClientCount), nil },
+			func(c *ClientCount) bool { return c.n.CompareAndSwap(0, clientEvicted) }),
+	}
+}
+
+// Max returns the limit of requests in flight per client.
+func (t *Clients) Max() int { return t.max }
+
+// Enter counts a request of client id. It reports false, counting nothing,
+// when the client already has Max requests in flight. Otherwise the caller
+// must call Leave on the count returned when the request is done, unless
+// it is nil: the table was full of busy clients, and the request goes
+// uncounted.
+func (t *Clients) Enter(id string) (*ClientCount, bool) {
+	for {
+		c, err := t.m.Get(id, errClientsFull)
+		if err != nil {
+			return nil, true
+		}
+		n := c.n.Add(1)
+		switch {
+		case n <= 0:
+			// Dropped between the lookup and the add: the table removes it
+			// at once, under its lock, and the next lookup finds a live one.
+			runtime.Gosched()
+			continue
+		case n > int64(t.max):
+			c.n.Add(-1)
+			return nil, false
+		}
+		return c, true
+	}
+}
+
+// Leave uncounts a request counted by Enter.
+func (c *ClientCount) Leave() { c.n.Add(-1) }
+
+// Range calls f with each client in the table and its count of requests in
+// flight, until f returns false. A count may be negative for a client
+// dropped during the walk.
+func (t *Clients) Range(f func(id string, inFlight int64) bool) {
+	t.m.Range(func(id string, c *ClientCount) bool {
+		n := c.n.Load()
+		if n < 0 {
+			n = -1
+		}
+		return f(id, n)
+	})
+}
