@@ -73,8 +73,54 @@ func SkipReason(e watertight.Event) string {
 	return "other"
 }
 
-// ShedReason maps a shed request to a bounded label value.
+// shedLabels are the values ShedReason gives, but "other".
+var shedLabels = map[string]bool{"route_full": true, "displaced": true, "queue_gave_up": true, "client_limit": true, "deadline": true}
+
+// registeredShed is an error registered by RegisterShedReason and its label.
+type registeredShed struct {
+	err   error
+	label string
+}
+
+// shedRegistry holds the registered errors, copied on write: ShedReason
+// reads it without a lock.
+var (
+	shedRegistry   atomic.Pointer[[]registeredShed]
+	shedRegistryMu sync.Mutex
+)
+
+// RegisterShedReason makes ShedReason label a shed event whose Err matches
+// err (errors.Is) with label, one of "route_full", "displaced",
+// "queue_gave_up", "client_limit" and "deadline". It is for the adapters
+// this package cannot import (contrib/grpc, which depends on the root
+// module), at their initialisation. It panics on any other label: the set
+// of label values is bounded.
+func RegisterShedReason(err error, label string) {
+	if !shedLabels[label] || err == nil {
+		panic("eventcount: RegisterShedReason: not a shed reason label: " + label)
+	}
+	shedRegistryMu.Lock()
+	defer shedRegistryMu.Unlock()
+	var rs []registeredShed
+	if old := shedRegistry.Load(); old != nil {
+		rs = append(rs, *old...)
+	}
+	rs = append(rs, registeredShed{err, label})
+	shedRegistry.Store(&rs)
+}
+
+// ShedReason maps a shed request to a bounded label value: from the
+// reason's sentinel error when Err wraps one (watertighthttp's, deadline's,
+// or one registered with RegisterShedReason), else from e.Reason when it is
+// a label value itself, else "other".
 func ShedReason(e watertight.Event) string {
+	if rs := shedRegistry.Load(); rs != nil && e.Err != nil {
+		for _, r := range *rs {
+			if errors.Is(e.Err, r.err) {
+				return r.label
+			}
+		}
+	}
 	switch {
 	case errors.Is(e.Err, watertighthttp.ErrRouteFull):
 		return "route_full"
@@ -87,8 +133,7 @@ func ShedReason(e watertight.Event) string {
 	case errors.Is(e.Err, deadline.ErrTooShort), errors.Is(e.Err, deadline.ErrExpired):
 		return "deadline"
 	}
-	switch e.Reason {
-	case "route_full", "displaced", "queue_gave_up", "client_limit", "deadline":
+	if shedLabels[e.Reason] {
 		return e.Reason
 	}
 	return "other"

@@ -69,3 +69,24 @@ func TestIncAllocatesNothingOnceSeen(t *testing.T) {
 		t.Fatalf("Inc allocates %v", n)
 	}
 }
+
+func TestRegisterShedReason(t *testing.T) {
+	errMine := watertight.NewSaturation("mine: at its limit")
+	e := watertight.Event{Kind: watertight.EventShed, Err: fmt.Errorf("wrapped: %w", errMine), Reason: "free text"}
+	if got := eventcount.ShedReason(e); got != "other" {
+		t.Fatalf("before registering: %q, want other", got)
+	}
+	eventcount.RegisterShedReason(errMine, "route_full")
+	if got := eventcount.ShedReason(e); got != "route_full" {
+		t.Fatalf("after registering: %q, want route_full", got)
+	}
+	if got := eventcount.ShedReason(watertight.Event{Kind: watertight.EventShed, Err: watertighthttp.ErrDisplaced}); got != "displaced" {
+		t.Fatalf("a built-in error after registering: %q, want displaced", got)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("RegisterShedReason with an unbounded label did not panic")
+		}
+	}()
+	eventcount.RegisterShedReason(errMine, "free text")
+}
