@@ -2,6 +2,8 @@ package watertightgrpc_test
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,7 +100,49 @@ func BenchmarkUnaryServer(b *testing.B) {
 			}
 		})
 	})
+
+	// Per-client limits: the identity comes from the context, as an
+	// authenticating interceptor further out would put it there; one
+	// client in the serial form, one per goroutine in the parallel one.
+	picpt, err := watertightgrpc.UnaryServerInterceptor(watertightgrpc.ServerConfig{
+		MaxConcurrent: 1000,
+		Client: func(ctx context.Context, _ string) string {
+			id, _ := ctx.Value(benchClientKey{}).(string)
+			return id
+		},
+		MaxPerClient: 1000,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("per-client", func(b *testing.B) {
+		b.Run("serial", func(b *testing.B) {
+			b.ReportAllocs()
+			ctx := context.WithValue(ctx, benchClientKey{}, "client-0")
+			for b.Loop() {
+				if _, err := picpt(ctx, "req", info, okHandler); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			var n atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.WithValue(ctx, benchClientKey{}, "client-"+strconv.FormatInt(n.Add(1), 10))
+				for pb.Next() {
+					if _, err := picpt(ctx, "req", info, okHandler); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	})
 }
+
+// benchClientKey is the context key of the benchmark's client identity.
+type benchClientKey struct{}
 
 func BenchmarkParsePushback(b *testing.B) {
 	b.ReportAllocs()

@@ -19,6 +19,7 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/deadline"
 	"github.com/watertight-go/watertight/internal/admission"
+	"github.com/watertight-go/watertight/internal/eventcount"
 	"github.com/watertight-go/watertight/internal/keyed"
 	"github.com/watertight-go/watertight/watertighthttp"
 )
@@ -31,6 +32,9 @@ const (
 	// DefaultMaxMethods is the method bound used when
 	// ServerConfig.MaxMethods is zero.
 	DefaultMaxMethods = 1000
+	// DefaultMaxClients is the client bound used when
+	// ServerConfig.MaxClients is zero.
+	DefaultMaxClients = 10000
 )
 
 // OtherMethods is the admission key shared by the methods that found the
@@ -53,12 +57,29 @@ var (
 	// make room for a request of higher criticality; it was not run. It is
 	// answered like ErrMethodFull: RejectCode and the negative pushback.
 	ErrDisplaced = watertight.NewSaturation("watertightgrpc: displaced from the queue by a request of higher criticality")
+	// ErrClientLimit: the request's client (ServerConfig.Client) already
+	// had MaxPerClient requests in the server, running or queued, and the
+	// request was turned away at once, before admission. It is answered
+	// with RESOURCE_EXHAUSTED whatever RejectCode says (that client sent
+	// too many; the server is not necessarily full) and the negative
+	// pushback.
+	ErrClientLimit = watertight.NewSaturation("watertightgrpc: client at its limit of requests in flight")
 )
 
-// ServerConfig configures UnaryServerInterceptor and
-// StreamServerInterceptor. The zero value is valid: the default deadline
+// The metrics adapters (contrib/prometheus, contrib/otel) label shed events
+// by reason; they cannot import this module, so its errors are registered.
+func init() {
+	eventcount.RegisterShedReason(ErrMethodFull, "route_full")
+	eventcount.RegisterShedReason(ErrDisplaced, "displaced")
+	eventcount.RegisterShedReason(ErrQueueGaveUp, "queue_gave_up")
+	eventcount.RegisterShedReason(ErrClientLimit, "client_limit")
+}
+
+// ServerConfig configures UnaryServerInterceptor, StreamServerInterceptor
+// and ServerInterceptors. The zero value is valid: the default deadline
 // propagator (no minimum time), methods keyed by full name, 100 requests in
-// flight and 100 queued per method, RESOURCE_EXHAUSTED for rejections.
+// flight and 100 queued per method, no per-client limit, RESOURCE_EXHAUSTED
+// for rejections.
 type ServerConfig struct {
 	// Name labels the interceptors' events (watertight.Event.Name). It may
 	// be empty.
@@ -95,6 +116,31 @@ type ServerConfig struct {
 	// by all such keys, named OtherMethods. Zero means DefaultMaxMethods
 	// (1000); a negative value means no bound.
 	MaxMethods int
+	// Client, if not nil, returns the identity of a call's client (an API
+	// key's ID, a tenant, an authenticated user, read from the incoming
+	// metadata, the peer or its auth info), under which MaxPerClient
+	// applies: one client cannot hold more than its share of the server,
+	// whatever the methods it calls. It runs after the deadline shedding
+	// step, before admission, with the request's context and full method
+	// name. An empty identity is not limited. The identity is never written
+	// into an answer or an event: it may be a secret.
+	Client func(ctx context.Context, fullMethod string) string
+	// MaxPerClient is how many requests of one client may be in the server
+	// at once, running or waiting in a method's queue; a stream counts
+	// until its handler returns. The unary and the stream interceptor share
+	// the count when built together by ServerInterceptors; built apart,
+	// each counts its own. A request beyond it is rejected at once
+	// with codes.ResourceExhausted, whatever RejectCode says, and the
+	// negative pushback (reason ErrClientLimit). It must be positive when
+	// Client is set, and is ignored when Client is nil.
+	MaxPerClient int
+	// MaxClients bounds the number of clients whose counts are kept. When
+	// the table is full, a new client makes room by dropping an idle one
+	// (nothing in flight); when none is idle, that is when this many
+	// clients all have requests in flight, the new client's request is let
+	// through uncounted (the method limits still apply). Zero means
+	// DefaultMaxClients (10000); a negative value means no bound.
+	MaxClients int
 	// RejectCode is the status code of a request turned away by admission:
 	// codes.ResourceExhausted or codes.Unavailable. Zero (codes.OK) means
 	// codes.ResourceExhausted. A request shed for its deadline always gets
@@ -102,9 +148,11 @@ type ServerConfig struct {
 	// grpc-retry-pushback-ms: -1, "overloaded, don't retry".
 	RejectCode codes.Code
 	// Listener receives an EventShed, with Source "grpc", Key the admission
-	// key and Reason and Err saying why, for every request shed or rejected
-	// without running the handler. It is called in the request's goroutine,
-	// never under a lock. If nil, no events.
+	// key and Reason and Err saying why (Err matches ErrMethodFull,
+	// ErrQueueGaveUp, ErrDisplaced, ErrClientLimit or deadline.ErrTooShort),
+	// for every request shed or rejected without running the handler. It
+	// is called in the request's goroutine, never under a lock. If nil, no
+	// events.
 	Listener watertight.Listener
 	// Logger receives the interceptors' warnings (the first unknown
 	// x-criticality value they see). If nil, slog.Default().
@@ -121,14 +169,21 @@ type ServerConfig struct {
 //  2. cut a deadline longer than the Propagator's Max;
 //  3. shed a request whose deadline has passed or leaves less than the
 //     Propagator's MinRemaining: UNAVAILABLE;
-//  4. admission: at most MaxConcurrent requests per method run at once and
+//  4. with ServerConfig.Client set, reject a request whose client already
+//     has MaxPerClient requests in the server (running or queued, on any
+//     method): RESOURCE_EXHAUSTED whatever RejectCode says, since that
+//     client sent too many and the server is not necessarily full (as
+//     watertighthttp.Handler's 429). Neither the message nor the event
+//     names the client. The request counts against its client from here
+//     until its handler returns, or until admission refuses it;
+//  5. admission: at most MaxConcurrent requests per method run at once and
 //     at most MaxQueue wait, up to MaxWait, in watertighthttp.Handler's
 //     queue discipline (below); requests below critical (sheddable,
 //     sheddable-plus) never wait: they run only if a place is free at once
 //     and nobody is queued. A refused request gets RejectCode
 //     (RESOURCE_EXHAUSTED); one that waited until too little time was left
 //     is shed as in step 3;
-//  5. the handler. When its error carries the overloaded signal
+//  6. the handler. When its error carries the overloaded signal
 //     (watertight.IsOverloaded: a client of another service that exhausted
 //     its retries, or got the negative pushback), the answer gets the
 //     negative pushback too, so that the callers upstream do not retry what
@@ -166,13 +221,28 @@ func UnaryServerInterceptor(cfg ServerConfig) (grpc.UnaryServerInterceptor, erro
 // StreamServerInterceptor returns the streaming form of
 // UnaryServerInterceptor: the same steps, the handler's stream seeing the
 // context they made. A stream holds its admission place until its handler
-// returns.
+// returns, and counts against its client (ServerConfig.Client) until then.
 func StreamServerInterceptor(cfg ServerConfig) (grpc.StreamServerInterceptor, error) {
 	s, err := newServer(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return s.stream, nil
+}
+
+// ServerInterceptors returns the unary and the stream interceptor of cfg
+// built together: they share one state, so that a client's unary calls and
+// streams count against one MaxPerClient, and the methods' limits and their
+// table (MaxMethods) are one. UnaryServerInterceptor and
+// StreamServerInterceptor, called apart, each keep a state of their own: a
+// client may then have MaxPerClient unary calls and MaxPerClient streams in
+// the server at once. It fails, naming the field, when cfg is invalid.
+func ServerInterceptors(cfg ServerConfig) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor, error) {
+	s, err := newServer(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s.unary, s.stream, nil
 }
 
 type server struct {
@@ -184,6 +254,11 @@ type server struct {
 	listener   watertight.Listener
 	logger     *slog.Logger
 	badCrit    atomic.Bool
+
+	// Per-client limit: nil when ServerConfig.Client is nil.
+	client    func(context.Context, string) string
+	clients   *admission.Clients
+	clientErr error // the event's Err of a request over its client's limit
 
 	// Admission: nil when disabled. One queue per key, kept while it is
 	// held (see admission.Refs); other for the keys that found the table
@@ -234,6 +309,25 @@ func newServer(cfg ServerConfig) (*server, error) {
 	case codes.ResourceExhausted, codes.Unavailable:
 	default:
 		return nil, fmt.Errorf("watertightgrpc: ServerConfig.RejectCode must be codes.ResourceExhausted or codes.Unavailable (0 means codes.ResourceExhausted), got %v", cfg.RejectCode)
+	}
+	if cfg.Client != nil {
+		if cfg.MaxPerClient <= 0 {
+			return nil, fmt.Errorf("watertightgrpc: ServerConfig.MaxPerClient must be > 0 when Client is set, got %d", cfg.MaxPerClient)
+		}
+		maxClients := cfg.MaxClients
+		switch {
+		case maxClients == 0:
+			maxClients = DefaultMaxClients
+		case maxClients < 0:
+			maxClients = -1
+		}
+		s.client = cfg.Client
+		s.clients = admission.NewClients(cfg.MaxPerClient, maxClients)
+		n := "1 request"
+		if cfg.MaxPerClient != 1 {
+			n = strconv.Itoa(cfg.MaxPerClient) + " requests"
+		}
+		s.clientErr = fmt.Errorf("%w: this client already has %s in the server, running or queued", ErrClientLimit, n)
 	}
 	if cfg.MaxConcurrent < 0 {
 		return s, nil
@@ -338,12 +432,28 @@ func (s *server) criticality(ctx context.Context) (context.Context, watertightht
 	return watertighthttp.WithCriticality(ctx, c), c
 }
 
-// guard runs steps 1 to 4 of UnaryServerInterceptor. It returns the
-// context for the handler, the admission place taken (release it when the
-// handler returns; nil when admission is off), the cancel func of the
-// context (nil when there is none) and, when the request is not to be run,
-// the answer to send instead; trailer sets the trailer of that answer.
-func (s *server) guard(ctx context.Context, fullMethod string, trailer func(metadata.MD)) (_ context.Context, _ *method, cancel context.CancelFunc, _ error) {
+// held is what a request admitted by guard holds until its handler
+// returns: its admission place (nil when admission is off) and its client's
+// count (nil when it is not counted).
+type held struct {
+	m *method
+	c *admission.ClientCount
+}
+
+// release gives back what the request held.
+func (h held) release() {
+	h.m.release()
+	if h.c != nil {
+		h.c.Leave()
+	}
+}
+
+// guard runs steps 1 to 5 of UnaryServerInterceptor. It returns the
+// context for the handler, what the request holds (release it when the
+// handler returns), the cancel func of the context (nil when there is none)
+// and, when the request is not to be run, the answer to send instead (then
+// it holds nothing); trailer sets the trailer of that answer.
+func (s *server) guard(ctx context.Context, fullMethod string, trailer func(metadata.MD)) (_ context.Context, h held, cancel context.CancelFunc, _ error) {
 	ctx, crit := s.criticality(ctx)
 	if left, ok := deadline.Remaining(ctx); ok && left > s.max {
 		ctx, cancel = context.WithTimeout(ctx, s.max)
@@ -353,22 +463,36 @@ func (s *server) guard(ctx context.Context, fullMethod string, trailer func(meta
 		key = s.method(fullMethod)
 	}
 	if err := s.dl.Check(ctx); err != nil {
-		return ctx, nil, cancel, s.shed(key, codes.Unavailable, "the request's deadline is too short to start it: ", err, trailer)
+		return ctx, held{}, cancel, s.shed(key, codes.Unavailable, "the request's deadline is too short to start it: ", err, trailer)
+	}
+	if s.client != nil {
+		if id := s.client(ctx, fullMethod); id != "" {
+			c, ok := s.clients.Enter(id)
+			if !ok {
+				// The client's fault, not the server's: RESOURCE_EXHAUSTED
+				// whatever RejectCode says. Neither the message nor the
+				// event names the client.
+				return ctx, held{}, cancel, s.shed(key, codes.ResourceExhausted, "", s.clientErr, trailer)
+			}
+			h.c = c // nil when the table is full of busy clients: uncounted
+		}
 	}
 	if s.methods == nil {
-		return ctx, nil, cancel, nil
+		return ctx, h, cancel, nil
 	}
 	m := s.admission(key)
 	if err := m.acquire(ctx, crit, s.maxWait); err != nil {
 		m.put()
-		return ctx, nil, cancel, s.shed(m.key, s.rejectCode, "", err, trailer)
+		h.release()
+		return ctx, held{}, cancel, s.shed(m.key, s.rejectCode, "", err, trailer)
 	}
+	h.m = m
 	// The request may have waited: shed it if what is left is too short.
 	if err := s.dl.Check(ctx); err != nil {
-		m.release()
-		return ctx, nil, cancel, s.shed(m.key, codes.Unavailable, "the request's deadline became too short to start it while it waited in the queue: ", err, trailer)
+		h.release()
+		return ctx, held{}, cancel, s.shed(m.key, codes.Unavailable, "the request's deadline became too short to start it while it waited in the queue: ", err, trailer)
 	}
-	return ctx, m, cancel, nil
+	return ctx, h, cancel, nil
 }
 
 // shed emits the event and returns the answer to a request that is not
@@ -380,7 +504,7 @@ func (s *server) shed(key string, code codes.Code, msg string, err error, traile
 	return status.Error(code, "watertight: shed: "+reason+" (method "+strconv.Quote(key)+")")
 }
 
-// answer passes the handler's error on: see step 5 of
+// answer passes the handler's error on: see step 6 of
 // UnaryServerInterceptor.
 func (s *server) answer(err error, trailer func(metadata.MD)) error {
 	if err == nil {
@@ -419,9 +543,10 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	return nil, err
 }
 
-// run calls the handler and gives the admission place back when it returns,
-// even when it panics.
-func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, a *method) (any, error) {
+// run calls the handler and gives back what the request holds (its
+// admission place, its client's count) when it returns, even when it
+// panics.
+func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, a held) (any, error) {
 	defer a.release()
 	return handler(ctx, req)
 }
