@@ -44,8 +44,10 @@
 // from the x-criticality metadata (the values of watertighthttp, whose
 // Criticality type and context key they share, so that it is forwarded on
 // the next hop, HTTP or gRPC), shed a request whose deadline has passed or
-// leaves less than the Propagator's MinRemaining, and admit the rest through
-// a per-method limit with a bounded queue. A handler error that carries the
+// leaves less than the Propagator's MinRemaining, optionally hold each client
+// (ServerConfig.Client) to MaxPerClient requests in the server, and admit
+// the rest through a per-method limit with a bounded queue;
+// ServerInterceptors builds both with one shared state. A handler error that carries the
 // overloaded signal (a downstream client that exhausted its retries) is
 // answered with the negative pushback too, so that callers upstream do not
 // multiply the retries.
