@@ -47,10 +47,10 @@
 // leaves less than the Propagator's MinRemaining, optionally hold each client
 // (ServerConfig.Client) to MaxPerClient requests in the server, and admit
 // the rest through a per-method limit with a bounded queue;
-// ServerInterceptors builds both with one shared state. A handler error that carries the
-// overloaded signal (a downstream client that exhausted its retries) is
-// answered with the negative pushback too, so that callers upstream do not
-// multiply the retries.
+// ServerInterceptors builds both with one shared state. A handler error that
+// carries the overloaded signal (a downstream client that exhausted its
+// retries) is answered with the negative pushback too, so that callers
+// upstream do not multiply the retries.
 //
 // # Idempotency
 //
