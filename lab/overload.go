@@ -176,27 +176,10 @@ func ovRun(ctx context.Context, cfg string, load int, p ovParams, seed uint64) (
 		at[i] = time.Duration(rng.Int64N(int64(p.duration)))
 	}
 	slices.Sort(at)
-	var wg sync.WaitGroup
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	t0 := time.Now()
-	for _, a := range at {
-		if d := time.Until(t0.Add(a)); d > 0 {
-			timer.Reset(d)
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				wg.Wait()
-				return nil, ctx.Err()
-			}
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ovClientCall(ctx, p, prop, client, srv.URL, pt)
-		}()
+	if err := openLoop(ctx, at, func(int) { ovClientCall(ctx, p, prop, client, srv.URL, pt) }); err != nil {
+		return nil, err
 	}
-	wg.Wait() // every client has its answer or gave up
+	// Every client has its answer or gave up.
 	stopWork()
 	srv.Close()
 	return pt, ctx.Err()
@@ -205,29 +188,7 @@ func ovRun(ctx context.Context, cfg string, load int, p ovParams, seed uint64) (
 // ovClientCall makes one request with the client's deadline and records the
 // outcome.
 func ovClientCall(ctx context.Context, p ovParams, prop *deadline.Propagator, client *http.Client, url string, pt *ovPoint) {
-	cctx, cancel := context.WithTimeout(ctx, p.clientDL)
-	defer cancel()
-	t0 := time.Now()
-	status := 0
-	err := func() error {
-		req, err := http.NewRequestWithContext(cctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if err := prop.Inject(cctx, req.Header); err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		status = resp.StatusCode
-		_, err = io.Copy(io.Discard, resp.Body)
-		return err
-	}()
-	lat := time.Since(t0)
-	late := cctx.Err() != nil
+	status, lat, late, err := deadlineGet(ctx, client, prop, url, p.clientDL, [2]string{})
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	pt.sent++
