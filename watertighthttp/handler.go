@@ -27,7 +27,7 @@ const (
 	DefaultMaxRoutes = 1000
 	// DefaultMaxClients is the client bound used when
 	// HandlerConfig.MaxClients is zero.
-	DefaultMaxClients = 10000
+	DefaultMaxClients = admq.DefaultMaxClients
 )
 
 // OtherRoutes is the route name of the admission limit shared by the routes
@@ -213,15 +213,8 @@ func Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
 		if cfg.MaxPerClient <= 0 {
 			return nil, fmt.Errorf("watertighthttp: HandlerConfig.MaxPerClient must be > 0 when Client is set, got %d", cfg.MaxPerClient)
 		}
-		maxClients := cfg.MaxClients
-		switch {
-		case maxClients == 0:
-			maxClients = DefaultMaxClients
-		case maxClients < 0:
-			maxClients = -1
-		}
 		h.client = cfg.Client
-		h.clients = admq.NewClients(cfg.MaxPerClient, maxClients)
+		h.clients = admq.NewClients(cfg.MaxPerClient, cfg.MaxClients)
 	}
 	if cfg.MaxConcurrent >= 0 {
 		maxc := cfg.MaxConcurrent

@@ -34,7 +34,7 @@ const (
 	DefaultMaxMethods = 1000
 	// DefaultMaxClients is the client bound used when
 	// ServerConfig.MaxClients is zero.
-	DefaultMaxClients = 10000
+	DefaultMaxClients = admission.DefaultMaxClients
 )
 
 // OtherMethods is the admission key shared by the methods that found the
@@ -314,15 +314,8 @@ func newServer(cfg ServerConfig) (*server, error) {
 		if cfg.MaxPerClient <= 0 {
 			return nil, fmt.Errorf("watertightgrpc: ServerConfig.MaxPerClient must be > 0 when Client is set, got %d", cfg.MaxPerClient)
 		}
-		maxClients := cfg.MaxClients
-		switch {
-		case maxClients == 0:
-			maxClients = DefaultMaxClients
-		case maxClients < 0:
-			maxClients = -1
-		}
 		s.client = cfg.Client
-		s.clients = admission.NewClients(cfg.MaxPerClient, maxClients)
+		s.clients = admission.NewClients(cfg.MaxPerClient, cfg.MaxClients)
 		n := "1 request"
 		if cfg.MaxPerClient != 1 {
 			n = strconv.Itoa(cfg.MaxPerClient) + " requests"

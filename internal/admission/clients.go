@@ -38,9 +38,21 @@ type ClientCount struct {
 	_ [56]byte
 }
 
+// DefaultMaxClients is the client bound of a table made with maxClients 0:
+// the adapters' default (HandlerConfig.MaxClients, ServerConfig.MaxClients).
+const DefaultMaxClients = 10000
+
 // NewClients returns a table that allows maxPerClient (> 0) requests in
-// flight per client, for up to maxClients clients (< 0: no bound).
+// flight per client, for up to maxClients clients: DefaultMaxClients if
+// maxClients is 0, no bound if it is negative, as the adapters' MaxClients
+// fields say.
 func NewClients(maxPerClient, maxClients int) *Clients {
+	switch {
+	case maxClients == 0:
+		maxClients = DefaultMaxClients
+	case maxClients < 0:
+		maxClients = -1
+	}
 	return &Clients{
 		max: maxPerClient,
 		m: keyed.New(maxClients,
