@@ -14,8 +14,8 @@ func work(n int) (int, error) { return n + 1, nil }
 
 func BenchmarkDo(b *testing.B) {
 	ctx := context.Background()
-	two := watertight.New(nop{}, nop{})
-	empty := watertight.New()
+	two := watertight.MustNew(nop{}, nop{})
+	empty := watertight.MustNew()
 	for _, bc := range []struct {
 		name string
 		call func(n int) int

@@ -38,7 +38,7 @@ func TestDoDetachedAbandons(t *testing.T) {
 		outer := newRecording("outer", log) // a breaker, say: sees the timeout at once
 		res := &resource{name: "bulkhead", log: log}
 		inner := newRecording("inner", log) // runs with fn in the detached goroutine
-		p := watertight.New(outer, res, abandoning(t, "attempt", 100*time.Millisecond), inner)
+		p := watertight.MustNew(outer, res, abandoning(t, "attempt", 100*time.Millisecond), inner)
 
 		errFinal := errors.New("finally done")
 		release := make(chan struct{})
@@ -104,7 +104,7 @@ func TestDoDetachedFinishesFirst(t *testing.T) {
 				outer := newRecording("outer", log)
 				res := &resource{name: "bulkhead", log: log}
 				inner := newRecording("inner", log)
-				p := watertight.New(outer, res, abandoning(t, "attempt", 100*time.Millisecond), inner)
+				p := watertight.MustNew(outer, res, abandoning(t, "attempt", 100*time.Millisecond), inner)
 
 				start := time.Now()
 				v, err := watertight.DoDetached(context.Background(), p, func(ctx context.Context) (int, error) {
@@ -146,7 +146,7 @@ func TestDoDetachedWithoutDetacher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := watertight.New(a, res, to)
+	p := watertight.MustNew(a, res, to)
 	v, err := watertight.DoDetached(context.Background(), p, func(ctx context.Context) (int, error) {
 		log.fn()
 		return 1, errBoom
@@ -180,7 +180,7 @@ func TestDoDetachedFinishAtDeadline(t *testing.T) {
 		outer := newRecording("outer", log)
 		res := &resource{name: "bulkhead", log: log}
 		inner := newRecording("inner", log)
-		p := watertight.New(outer, res, abandoning(t, "attempt", 100*time.Millisecond), inner)
+		p := watertight.MustNew(outer, res, abandoning(t, "attempt", 100*time.Millisecond), inner)
 
 		const calls = 500
 		finished, abandoned := 0, 0
@@ -227,7 +227,7 @@ func TestDoDetachedCallerCancels(t *testing.T) {
 		log := &eventLog{}
 		outer := newRecording("outer", log)
 		res := &resource{name: "bulkhead", log: log}
-		p := watertight.New(outer, res, abandoning(t, "attempt", time.Second))
+		p := watertight.MustNew(outer, res, abandoning(t, "attempt", time.Second))
 
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(30*time.Millisecond, cancel)
@@ -262,7 +262,7 @@ func TestDoDetachedRefusedInside(t *testing.T) {
 		outer := newRecording("outer", log)
 		res := &resource{name: "bulkhead", log: log}
 		rej := watertight.NewRejection("fake: refused")
-		p := watertight.New(outer, res, abandoning(t, "attempt", time.Second), &rejecting{name: "rej", log: log, err: rej})
+		p := watertight.MustNew(outer, res, abandoning(t, "attempt", time.Second), &rejecting{name: "rej", log: log, err: rej})
 		_, err := watertight.DoDetached(context.Background(), p, func(ctx context.Context) (int, error) {
 			t.Error("fn called")
 			return 0, nil
@@ -288,7 +288,7 @@ func TestDoDetachedPanic(t *testing.T) {
 		outer := newRecording("outer", log)
 		res := &resource{name: "bulkhead", log: log}
 		inner := newRecording("inner", log)
-		p := watertight.New(outer, res, abandoning(t, "attempt", 100*time.Millisecond), inner)
+		p := watertight.MustNew(outer, res, abandoning(t, "attempt", 100*time.Millisecond), inner)
 		pv := callRecovering(func() {
 			watertight.DoDetached(context.Background(), p, func(ctx context.Context) (int, error) {
 				time.Sleep(10 * time.Millisecond)
@@ -333,7 +333,7 @@ func TestDoDetachedNested(t *testing.T) {
 				outerRes := &resource{name: "outer-bulkhead", log: log}
 				mid := newRecording("breaker", log)
 				innerRes := &resource{name: "inner-bulkhead", log: log}
-				p := watertight.New(outerRes, abandoning(t, "total", tc.total), mid, innerRes, abandoning(t, "attempt", tc.attempt))
+				p := watertight.MustNew(outerRes, abandoning(t, "total", tc.total), mid, innerRes, abandoning(t, "attempt", tc.attempt))
 
 				errFinal := errors.New("finally done")
 				release := make(chan struct{})
@@ -390,7 +390,7 @@ func TestDoDetachedGoexit(t *testing.T) {
 		outer := newRecording("outer", log)
 		res := &resource{name: "bulkhead", log: log}
 		inner := newRecording("inner", log)
-		p := watertight.New(outer, res, abandoning(t, "attempt", 100*time.Millisecond), inner)
+		p := watertight.MustNew(outer, res, abandoning(t, "attempt", 100*time.Millisecond), inner)
 		start := time.Now()
 		_, err := watertight.DoDetached(context.Background(), p, func(ctx context.Context) (int, error) {
 			time.Sleep(10 * time.Millisecond)
@@ -427,7 +427,7 @@ func TestDoDetachedNestedAbandonOrder(t *testing.T) {
 				d1 := &detacher{name: "d1", log: log}
 				innerRes := &resource{name: "inner-bulkhead", log: log}
 				d2 := &detacher{name: "d2", log: log}
-				p := watertight.New(outerRes, d1, innerRes, d2)
+				p := watertight.MustNew(outerRes, d1, innerRes, d2)
 
 				errFinal := errors.New("finally done")
 				release := make(chan struct{})
@@ -489,7 +489,7 @@ func TestDoDetachedNestedAbandonOrder(t *testing.T) {
 func TestDoDetachedPanicAfterAbandon(t *testing.T) {
 	if os.Getenv("WATERTIGHT_CRASH_CHILD") == "1" {
 		d := &detacher{name: "d", log: &eventLog{}}
-		p := watertight.New(printingResource{}, d)
+		p := watertight.MustNew(printingResource{}, d)
 		entered, release := make(chan struct{}), make(chan struct{})
 		go func() {
 			<-entered

@@ -16,7 +16,7 @@ import (
 func ExampleDo() {
 	total, _ := timeout.New(timeout.Config{Name: "total", Timeout: 5 * time.Second})
 	attempt, _ := timeout.New(timeout.Config{Name: "attempt", Timeout: time.Second})
-	p := watertight.New(total, attempt)
+	p := watertight.MustNew(total, attempt)
 
 	price, err := watertight.Do(context.Background(), p, func(ctx context.Context) (float64, error) {
 		deadline, _ := ctx.Deadline()
@@ -27,7 +27,7 @@ func ExampleDo() {
 	fmt.Println(price, err)
 
 	// When the attempt runs out of time, the error says which timeout fired.
-	_, err = watertight.Do(context.Background(), watertight.New(total, mustTimeout("attempt", 10*time.Millisecond)),
+	_, err = watertight.Do(context.Background(), watertight.MustNew(total, mustTimeout("attempt", 10*time.Millisecond)),
 		func(ctx context.Context) (float64, error) {
 			<-ctx.Done() // a slow dependency
 			return 0, ctx.Err()

@@ -3,6 +3,8 @@ package watertight
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,16 +118,23 @@ type Pipeline struct {
 	detaches bool
 }
 
-// New returns a Pipeline of the given policies, outermost first; nil policies
-// are skipped, so optional protections can be passed as nil interface values.
-// The standard order (see the package documentation) is
+// New returns a Pipeline of the given policies, outermost first. Nil
+// interface values are skipped, so optional protections can be passed as
+// untyped nil. A policy that is a nil pointer (or another nil value of a
+// type that implements Policy) is refused with an error that names its
+// position and type: it is almost always the result of a constructor whose
+// error was discarded (br, _ := circuit.New(badConfig)), and calling through
+// it would panic. The standard order (see the package documentation) is
 //
 //	New(totalTimeout, retry, breaker, bulkhead, attemptTimeout)
-func New(policies ...Policy) *Pipeline {
+func New(policies ...Policy) (*Pipeline, error) {
 	p := &Pipeline{}
-	for _, pol := range policies {
+	for i, pol := range policies {
 		if pol == nil {
 			continue
+		}
+		if isNilValue(pol) {
+			return nil, fmt.Errorf("watertight: New: policy %d of %d (%T) is nil: its constructor most likely returned an error that was not checked; check that error, or pass an untyped nil to leave the protection out", i+1, len(policies), pol)
 		}
 		var f uint8
 		if r, ok := pol.(Resource); ok && r.HoldsResource() {
@@ -141,7 +150,29 @@ func New(policies ...Policy) *Pipeline {
 		p.policies = append(p.policies, pol)
 		p.flags = append(p.flags, f)
 	}
+	return p, nil
+}
+
+// MustNew is New for pipelines whose policies cannot be nil (built just
+// before, with their errors checked): it panics, with New's message, where
+// New returns an error.
+func MustNew(policies ...Policy) *Pipeline {
+	p, err := New(policies...)
+	if err != nil {
+		panic(err)
+	}
 	return p
+}
+
+// isNilValue reports whether pol holds a nil pointer, map, slice, channel or
+// function: a typed nil, which the interface comparison with nil misses.
+func isNilValue(pol Policy) bool {
+	v := reflect.ValueOf(pol)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // Len returns the number of policies in the pipeline.

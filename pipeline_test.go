@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestDoOrder(t *testing.T) {
 	b := newRecording("b", log)
 	b.rewrite = wrapWith("b")
 	c := newRecording("c", log)
-	p := watertight.New(a, b, c)
+	p := watertight.MustNew(a, b, c)
 
 	v, err := watertight.Do(context.Background(), p, func(ctx context.Context) (int, error) {
 		log.fn()
@@ -60,7 +61,7 @@ func TestDoOrder(t *testing.T) {
 func TestDoSuccess(t *testing.T) {
 	log := &eventLog{}
 	a, b := newRecording("a", log), newRecording("b", log)
-	p := watertight.New(a, b)
+	p := watertight.MustNew(a, b)
 	for i := range 3 {
 		v, err := watertight.Do(context.Background(), p, func(ctx context.Context) (string, error) {
 			return "ok" + strconv.Itoa(i), nil
@@ -90,7 +91,7 @@ func TestDoExitRewritesToAndFromNil(t *testing.T) {
 		}
 		return err
 	}
-	_, err := watertight.Do(context.Background(), watertight.New(invent, swallow), func(ctx context.Context) (int, error) {
+	_, err := watertight.Do(context.Background(), watertight.MustNew(invent, swallow), func(ctx context.Context) (int, error) {
 		return 0, errors.New("lost")
 	})
 	if err != errBoom {
@@ -127,7 +128,7 @@ func TestDoRefused(t *testing.T) {
 				pols = append(pols, rec)
 			}
 			called := false
-			_, err := watertight.Do(context.Background(), watertight.New(pols...), func(ctx context.Context) (int, error) {
+			_, err := watertight.Do(context.Background(), watertight.MustNew(pols...), func(ctx context.Context) (int, error) {
 				called = true
 				return 1, nil
 			})
@@ -180,7 +181,7 @@ func TestDoPanic(t *testing.T) {
 	a := newRecording("a", log)
 	res := &resource{name: "res", log: log}
 	c := newRecording("c", log)
-	p := watertight.New(a, res, c)
+	p := watertight.MustNew(a, res, c)
 	pv := callRecovering(func() {
 		watertight.Do(context.Background(), p, func(ctx context.Context) (int, error) {
 			panic(panicValue{42})
@@ -218,7 +219,7 @@ func TestDoPanicInEnter(t *testing.T) {
 	a := newRecording("a", log)
 	b := newRecording("b", log)
 	pv := callRecovering(func() {
-		watertight.Do(context.Background(), watertight.New(a, panicking{}, b), func(ctx context.Context) (int, error) {
+		watertight.Do(context.Background(), watertight.MustNew(a, panicking{}, b), func(ctx context.Context) (int, error) {
 			t.Error("fn called")
 			return 0, nil
 		})
@@ -239,8 +240,8 @@ func TestDoEmpty(t *testing.T) {
 	for name, p := range map[string]*watertight.Pipeline{
 		"nil":      nil,
 		"zero":     {},
-		"New()":    watertight.New(),
-		"New(nil)": watertight.New(nil, nil),
+		"New()":    watertight.MustNew(),
+		"New(nil)": watertight.MustNew(nil, nil),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if n := p.Len(); n != 0 {
@@ -275,7 +276,7 @@ func TestDoEmpty(t *testing.T) {
 func TestNewSkipsNil(t *testing.T) {
 	log := &eventLog{}
 	a, b := newRecording("a", log), newRecording("b", log)
-	p := watertight.New(nil, a, nil, b, nil)
+	p := watertight.MustNew(nil, a, nil, b, nil)
 	if n := p.Len(); n != 2 {
 		t.Fatalf("Len = %d, want 2", n)
 	}
@@ -310,7 +311,7 @@ func TestDoManyPolicies(t *testing.T) {
 			for i := n - 1; i >= 0; i-- {
 				want = append(want, "exit "+strconv.Itoa(i))
 			}
-			p := watertight.New(pols...)
+			p := watertight.MustNew(pols...)
 			if p.Len() != n {
 				t.Fatalf("Len = %d, want %d", p.Len(), n)
 			}
@@ -343,7 +344,7 @@ func TestDoManyPolicies(t *testing.T) {
 			}
 			rej := watertight.NewRejection("deep")
 			pols2 = append(pols2, &rejecting{name: "rej", log: log2, err: rej})
-			_, err = watertight.Do(context.Background(), watertight.New(pols2...), func(ctx context.Context) (int, error) {
+			_, err = watertight.Do(context.Background(), watertight.MustNew(pols2...), func(ctx context.Context) (int, error) {
 				t.Error("fn called")
 				return 0, nil
 			})
@@ -364,7 +365,7 @@ func TestDoManyPolicies(t *testing.T) {
 				pols3 = append(pols3, r)
 			}
 			pv := callRecovering(func() {
-				watertight.Do(context.Background(), watertight.New(pols3...), func(ctx context.Context) (int, error) {
+				watertight.Do(context.Background(), watertight.MustNew(pols3...), func(ctx context.Context) (int, error) {
 					panic(panicValue{n})
 				})
 			})
@@ -388,7 +389,7 @@ func TestDoNeedsDetached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := watertight.New(a, to)
+	p := watertight.MustNew(a, to)
 	_, err = watertight.Do(context.Background(), p, func(ctx context.Context) (int, error) {
 		t.Error("fn called")
 		return 0, nil
@@ -409,7 +410,7 @@ func TestDoNeedsDetached(t *testing.T) {
 
 	// A disabled timeout has no deadline to abandon at: Do runs it.
 	off, _ := timeout.New(timeout.Config{Timeout: -1, Abandon: true})
-	v, err := watertight.Do(context.Background(), watertight.New(off), func(ctx context.Context) (int, error) {
+	v, err := watertight.Do(context.Background(), watertight.MustNew(off), func(ctx context.Context) (int, error) {
 		return 3, nil
 	})
 	if v != 3 || err != nil {
@@ -421,7 +422,7 @@ func TestRun(t *testing.T) {
 	log := &eventLog{}
 	a := newRecording("a", log)
 	a.rewrite = wrapWith("a")
-	p := watertight.New(a)
+	p := watertight.MustNew(a)
 	err := p.Run(context.Background(), func(ctx context.Context) error {
 		log.fn()
 		if ctx.Value(ctxKey("a")) == nil {
@@ -448,7 +449,7 @@ func TestDoAllocs(t *testing.T) {
 		t.Skip("coverage instrumentation allocates")
 	}
 	ctx := context.Background()
-	p := watertight.New(nop{}, nop{})
+	p := watertight.MustNew(nop{}, nop{})
 	var total int
 	allocs := testing.AllocsPerRun(1000, func() {
 		base := total
@@ -477,3 +478,35 @@ func TestDoAllocs(t *testing.T) {
 		t.Errorf("Run through 2 policies allocates %v times per call, want 0", allocs)
 	}
 }
+
+// TestNewRefusesTypedNil: a constructor error that was discarded leaves a
+// nil pointer in the Policy interface; New must refuse it, naming its
+// position and type, instead of panicking on the first call.
+func TestNewRefusesTypedNil(t *testing.T) {
+	var missing *nilPolicy // what `bh, _ := bulkhead.New(bad)` leaves behind
+	p, err := watertight.New(&nilPolicy{}, nil, missing)
+	if err == nil || p != nil {
+		t.Fatalf("New with a nil *nilPolicy = %v, %v; want an error", p, err)
+	}
+	for _, want := range []string{"policy 3 of 3", "*watertight_test.nilPolicy", "not checked"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if _, err := watertight.New(nil, &nilPolicy{}); err != nil {
+		t.Errorf("New(nil, valid) = %v; an untyped nil is skipped", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("MustNew with a typed nil did not panic")
+		}
+	}()
+	watertight.MustNew(missing)
+}
+
+type nilPolicy struct{}
+
+func (*nilPolicy) Enter(ctx context.Context) (context.Context, watertight.Ticket, error) {
+	return ctx, watertight.Ticket{}, nil
+}
+func (*nilPolicy) Exit(_ context.Context, _ watertight.Ticket, err error) error { return err }

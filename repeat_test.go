@@ -48,7 +48,7 @@ func TestRepeaterRunsTheRestAgain(t *testing.T) {
 		log := &eventLog{}
 		inner := newRecording("inner", log)
 		rep := &repeater{max: 3, wait: 10 * time.Millisecond}
-		p := watertight.New(rep, inner)
+		p := watertight.MustNew(rep, inner)
 		start := time.Now()
 		calls := 0
 		v, err := watertight.Do(context.Background(), p, func(context.Context) (int, error) {
@@ -73,7 +73,7 @@ func TestRepeaterRunsTheRestAgain(t *testing.T) {
 
 func TestRepeaterStopsAndExitSeesTheLastError(t *testing.T) {
 	rep := &repeater{max: 3}
-	p := watertight.New(rep, nop{})
+	p := watertight.MustNew(rep, nop{})
 	calls := 0
 	_, err := watertight.Do(context.Background(), p, func(context.Context) (int, error) {
 		calls++
@@ -82,7 +82,7 @@ func TestRepeaterStopsAndExitSeesTheLastError(t *testing.T) {
 	if calls != 3 || err == nil || err.Error() != "after 3 attempts: attempt 3: flaky" {
 		t.Fatalf("%d calls, err %v", calls, err)
 	}
-	if n, err := watertight.Do(context.Background(), watertight.New(rep), func(context.Context) (int, error) { return 7, nil }); n != 7 || err != nil {
+	if n, err := watertight.Do(context.Background(), watertight.MustNew(rep), func(context.Context) (int, error) { return 7, nil }); n != 7 || err != nil {
 		t.Fatalf("repeater alone: %v %v", n, err)
 	}
 }
@@ -90,7 +90,7 @@ func TestRepeaterStopsAndExitSeesTheLastError(t *testing.T) {
 func TestRepeaterWaitEndsWithTheContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rep := &repeater{max: 10, wait: time.Second}
-		p := watertight.New(rep)
+		p := watertight.MustNew(rep)
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
 		start := time.Now()
@@ -106,7 +106,7 @@ func TestRepeaterPanicExitsEveryPolicy(t *testing.T) {
 	log := &eventLog{}
 	outer := newRecording("outer", log)
 	inner := newRecording("inner", log)
-	p := watertight.New(outer, &repeater{max: 3}, inner)
+	p := watertight.MustNew(outer, &repeater{max: 3}, inner)
 	func() {
 		defer func() { _ = recover() }()
 		_, _ = watertight.Do(context.Background(), p, func(context.Context) (int, error) { panic("bug") })
@@ -116,7 +116,7 @@ func TestRepeaterPanicExitsEveryPolicy(t *testing.T) {
 }
 
 func TestRepeaterAllocatesNothing(t *testing.T) {
-	p := watertight.New(&repeater{max: 3}, nop{})
+	p := watertight.MustNew(&repeater{max: 3}, nop{})
 	x := 1
 	n := testing.AllocsPerRun(100, func() {
 		_, _ = watertight.Do(context.Background(), p, func(context.Context) (int, error) { return x, nil })
@@ -136,7 +136,7 @@ func TestRepeaterWithDetachedAttempts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := watertight.New(res, &repeater{max: 3}, attempt)
+		p := watertight.MustNew(res, &repeater{max: 3}, attempt)
 		release := make(chan struct{})
 		var running atomic.Int64
 		_, err = watertight.DoDetached(context.Background(), p, func(context.Context) (int, error) {

@@ -514,11 +514,11 @@ func BenchmarkBulkheadFull(b *testing.B) {
 func BenchmarkPipeline(b *testing.B) {
 	ctx := context.Background()
 	b.Run("watertight", func(b *testing.B) {
-		p := watertight.New(newWatertightRetry(b, false), newWatertightBreaker(b), newWatertightBulkhead(b, bulkheadCap))
+		p := watertight.MustNew(newWatertightRetry(b, false), newWatertightBreaker(b), newWatertightBulkhead(b, bulkheadCap))
 		benchDo(b, ctx, p)
 	})
 	b.Run("watertight-budget", func(b *testing.B) {
-		p := watertight.New(newWatertightRetry(b, true), newWatertightBreaker(b), newWatertightBulkhead(b, bulkheadCap))
+		p := watertight.MustNew(newWatertightRetry(b, true), newWatertightBreaker(b), newWatertightBulkhead(b, bulkheadCap))
 		benchDo(b, ctx, p)
 	})
 	b.Run("failsafe-go", func(b *testing.B) {
@@ -529,7 +529,7 @@ func BenchmarkPipeline(b *testing.B) {
 func BenchmarkPipelineTimeout(b *testing.B) {
 	ctx := context.Background()
 	b.Run("watertight", func(b *testing.B) {
-		p := watertight.New(newWatertightBreaker(b), newWatertightBulkhead(b, bulkheadCap), newWatertightTimeout(b))
+		p := watertight.MustNew(newWatertightBreaker(b), newWatertightBulkhead(b, bulkheadCap), newWatertightTimeout(b))
 		benchDo(b, ctx, p)
 	})
 	b.Run("failsafe-go", func(b *testing.B) {

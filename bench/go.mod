@@ -8,10 +8,10 @@ require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/watertight-go/watertight v0.0.0
-	github.com/watertight-go/watertight/contrib/grpc v0.0.0
+	github.com/watertight-go/watertight/contrib/watertightgrpc v0.0.0
 	golang.org/x/sync v0.22.0
 	google.golang.org/grpc v1.84.0
-	google.golang.org/protobuf v1.36.11
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -26,4 +26,4 @@ require (
 
 replace github.com/watertight-go/watertight => ../
 
-replace github.com/watertight-go/watertight/contrib/grpc => ../contrib/grpc
+replace github.com/watertight-go/watertight/contrib/watertightgrpc => ../contrib/watertightgrpc

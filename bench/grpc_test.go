@@ -17,7 +17,7 @@ import (
 
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
-	watertightgrpc "github.com/watertight-go/watertight/contrib/grpc"
+	watertightgrpc "github.com/watertight-go/watertight/contrib/watertightgrpc"
 )
 
 // grpcDeadline is the deadline of every call of BenchmarkGRPCUnary: with it

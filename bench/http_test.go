@@ -313,7 +313,7 @@ var httpHandlers = []struct {
 }{
 	{"plain", func(_ testing.TB, next http.Handler) http.Handler { return next }},
 	{"watertight", func(tb testing.TB, next http.Handler) http.Handler {
-		h, err := watertighthttp.Handler(next, watertighthttp.HandlerConfig{})
+		h, err := watertighthttp.NewHandler(next, watertighthttp.HandlerConfig{})
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -42,10 +42,10 @@ func newFailsafeRetry() fsretry.RetryPolicy[int] { return fsretry.NewWithDefault
 func BenchmarkRetrySuccess(b *testing.B) {
 	ctx := context.Background()
 	b.Run("watertight", func(b *testing.B) {
-		benchDo(b, ctx, watertight.New(newWatertightRetry(b, false)))
+		benchDo(b, ctx, watertight.MustNew(newWatertightRetry(b, false)))
 	})
 	b.Run("watertight-budget", func(b *testing.B) {
-		benchDo(b, ctx, watertight.New(newWatertightRetry(b, true)))
+		benchDo(b, ctx, watertight.MustNew(newWatertightRetry(b, true)))
 	})
 	b.Run("failsafe-go", func(b *testing.B) {
 		benchFailsafe(b, failsafe.With[int](newFailsafeRetry()).WithContext(ctx))

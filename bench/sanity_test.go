@@ -119,7 +119,7 @@ func TestSanity(t *testing.T) {
 	t.Run("pipeline/watertight", func(t *testing.T) {
 		cb := newWatertightBreaker(t)
 		bh := newWatertightBulkhead(t, 1)
-		p := watertight.New(cb, bh)
+		p := watertight.MustNew(cb, bh)
 		if v, err := watertight.Do(ctx, p, work); v != 1 || err != nil {
 			t.Fatalf("Do = %d, %v", v, err)
 		}
@@ -136,7 +136,7 @@ func TestSanity(t *testing.T) {
 		}
 	})
 	t.Run("pipeline/watertight-timeout", func(t *testing.T) {
-		p := watertight.New(newWatertightBreaker(t), newWatertightBulkhead(t, bulkheadCap), newWatertightTimeout(t))
+		p := watertight.MustNew(newWatertightBreaker(t), newWatertightBulkhead(t, bulkheadCap), newWatertightTimeout(t))
 		v, err := watertight.Do(ctx, p, func(c context.Context) (int, error) {
 			if _, ok := c.Deadline(); !ok {
 				t.Error("the function's context has no deadline")

@@ -194,7 +194,7 @@ func BenchmarkThrottler(b *testing.B) {
 	})
 	b.Run("policy/parallel", func(b *testing.B) {
 		t := newT(b)
-		p := watertight.New(t)
+		p := watertight.MustNew(t)
 		ctx := context.Background()
 		fn := func(context.Context) (int, error) { return 1, nil }
 		b.ReportAllocs()

@@ -75,7 +75,7 @@ func ExampleThrottler() {
 	if err != nil {
 		panic(err)
 	}
-	p := watertight.New(th) // in a real pipeline: retry, breaker, bulkhead, th, attempt timeout
+	p := watertight.MustNew(th) // in a real pipeline: retry, breaker, bulkhead, th, attempt timeout
 	sent, throttled := 0, 0
 	for range 1000 {
 		err := p.Run(context.Background(), func(context.Context) error {

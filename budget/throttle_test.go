@@ -110,7 +110,7 @@ func TestNilThrottlerIsDisabled(t *testing.T) {
 	if s := th.Snapshot(); s != (budget.ThrottleSnapshot{}) {
 		t.Errorf("nil Snapshot = %+v", s)
 	}
-	if err := watertight.New(th).Run(ctx, func(context.Context) error { return nil }); err != nil {
+	if err := watertight.MustNew(th).Run(ctx, func(context.Context) error { return nil }); err != nil {
 		t.Error(err)
 	}
 }
@@ -334,7 +334,7 @@ func TestPolicyInPipeline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		th := mustThrottler(t, budget.ThrottleConfig{Rand: rng.Float64})
-		p := watertight.New(th)
+		p := watertight.MustNew(th)
 		calls, throttled := 0, 0
 		for range 1000 {
 			err := p.Run(context.Background(), func(context.Context) error {
@@ -374,7 +374,7 @@ func TestConvergence(t *testing.T) {
 				rng := rand.New(rand.NewPCG(7, uint64(k*10)))
 				th := mustThrottler(t, budget.ThrottleConfig{K: k, Rand: rng.Float64})
 				window := th.Config().Window
-				p := watertight.New(th)
+				p := watertight.MustNew(th)
 				ctx := context.Background()
 
 				start := time.Now()

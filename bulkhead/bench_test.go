@@ -100,7 +100,7 @@ func BenchmarkPipeline(b *testing.B) {
 	ctx := context.Background()
 	fn := func(context.Context) (int, error) { return 1, nil }
 	b.Run("sequential", func(b *testing.B) {
-		p := watertight.New(newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20}))
+		p := watertight.MustNew(newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20}))
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := watertight.Do(ctx, p, fn); err != nil {
@@ -109,7 +109,7 @@ func BenchmarkPipeline(b *testing.B) {
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
-		p := watertight.New(newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20}))
+		p := watertight.MustNew(newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20}))
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

@@ -558,7 +558,7 @@ func TestStress(t *testing.T) {
 func TestPipelinePolicy(t *testing.T) {
 	ctx := context.Background()
 	b := mustNew(t, bulkhead.Config{MaxConcurrent: 1})
-	p := watertight.New(b)
+	p := watertight.MustNew(b)
 
 	v, err := watertight.Do(ctx, p, func(context.Context) (int, error) {
 		checkState(t, b, 1, 0) // the permit is held during the call
@@ -614,7 +614,7 @@ func TestWaitCutByTimeoutPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.TryAcquire()
-		err = watertight.New(total, b).Run(context.Background(), func(context.Context) error {
+		err = watertight.MustNew(total, b).Run(context.Background(), func(context.Context) error {
 			t.Error("ran through a full bulkhead")
 			return nil
 		})
@@ -636,7 +636,7 @@ func TestDetachedKeepsPermit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := watertight.New(b, to)
+		p := watertight.MustNew(b, to)
 		release := make(chan struct{})
 		_, err = watertight.DoDetached(context.Background(), p, func(context.Context) (int, error) {
 			<-release // ignores its context
@@ -658,7 +658,7 @@ func TestDetachedKeepsPermit(t *testing.T) {
 func TestAcquireAllocs(t *testing.T) {
 	ctx := context.Background()
 	b := mustNew(t, bulkhead.Config{MaxConcurrent: 1})
-	p := watertight.New(b)
+	p := watertight.MustNew(b)
 	fn := func(context.Context) (int, error) { return 1, nil }
 	if n := testing.AllocsPerRun(1000, func() {
 		_ = b.Acquire(ctx)
@@ -684,7 +684,7 @@ func TestGiveUpInFullBulkheadDoesNotTripBreaker(t *testing.T) {
 		}
 		b := mustNew(t, bulkhead.Config{MaxConcurrent: 1, MaxWait: -1})
 		b.TryAcquire()
-		p := watertight.New(br, b)
+		p := watertight.MustNew(br, b)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		err = p.Run(ctx, func(context.Context) error { t.Fatal("ran without a permit"); return nil })

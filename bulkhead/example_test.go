@@ -45,7 +45,7 @@ func Example_pipeline() {
 	if err != nil {
 		panic(err)
 	}
-	p := watertight.New(b) // in full: watertight.New(breaker, b, attemptTimeout)
+	p := watertight.MustNew(b) // in full: watertight.MustNew(breaker, b, attemptTimeout)
 	price, err := watertight.Do(context.Background(), p, func(ctx context.Context) (int, error) {
 		fmt.Println("in flight:", b.Snapshot().Active)
 		return 42, nil

@@ -42,7 +42,7 @@ func BenchmarkEnabled(b *testing.B) {
 
 func benchInjector(b *testing.B, inj *chaos.Injector) {
 	ctx := context.Background()
-	p := watertight.New(inj.Policy("k"))
+	p := watertight.MustNew(inj.Policy("k"))
 	b.Run("do", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {

@@ -99,7 +99,7 @@ func TestNilInjector(t *testing.T) {
 	if v, err := chaos.Do(context.Background(), inj, "k", counted(&calls)); v != 1 || err != nil || calls.Load() != 1 {
 		t.Fatalf("Do = %v, %v", v, err)
 	}
-	p := watertight.New(inj.Policy("k"))
+	p := watertight.MustNew(inj.Policy("k"))
 	if v, err := watertight.Do(context.Background(), p, counted(&calls)); v != 1 || err != nil {
 		t.Fatalf("Policy: %v, %v", v, err)
 	}
@@ -392,7 +392,7 @@ func TestPolicy(t *testing.T) {
 		var calls atomic.Int64
 		do := func(key string) (int, time.Duration, error) {
 			start := time.Now()
-			v, err := watertight.Do(context.Background(), watertight.New(outer, inj.Policy(key)), counted(&calls))
+			v, err := watertight.Do(context.Background(), watertight.MustNew(outer, inj.Policy(key)), counted(&calls))
 			return v, time.Since(start), err
 		}
 		if _, _, err := do("fail"); err != errBoom {
@@ -418,7 +418,7 @@ func TestPolicy(t *testing.T) {
 		// A deadline during the injected latency ends the call.
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		if _, err := watertight.Do(ctx, watertight.New(inj.Policy("slow")), counted(&calls)); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := watertight.Do(ctx, watertight.MustNew(inj.Policy("slow")), counted(&calls)); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("slow under a deadline: %v", err)
 		}
 	})
@@ -441,7 +441,7 @@ func TestDisabledAllocatesNothing(t *testing.T) {
 	inj := mustNew(t, chaos.Config{Rules: map[string]chaos.Rule{"k": {ErrorRate: 1}}})
 	ctx := context.Background()
 	fn := func(context.Context) (int, error) { return 1, nil }
-	p := watertight.New(inj.Policy("k"))
+	p := watertight.MustNew(inj.Policy("k"))
 	if n := testing.AllocsPerRun(100, func() { chaos.Do(ctx, inj, "k", fn) }); n != 0 {
 		t.Errorf("Do: %v allocations", n)
 	}

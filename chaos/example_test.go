@@ -23,7 +23,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	pipeline := watertight.New(inj.Policy("recommendations")) // innermost, next to the call
+	pipeline := watertight.MustNew(inj.Policy("recommendations")) // innermost, next to the call
 	chain, _ := fallback.New(fallback.Config{}, fallback.Default([]string{"bestsellers"}))
 	recommend := func(ctx context.Context) ([]string, error) {
 		return chain.Do(ctx, "user-1", func(ctx context.Context) ([]string, error) {

@@ -99,7 +99,7 @@ func BenchmarkOpen(b *testing.B) {
 // BenchmarkPolicy is the breaker as a pipeline stage through watertight.Do.
 func BenchmarkPolicy(b *testing.B) {
 	br := benchBreaker(b, circuit.Config{})
-	p := watertight.New(br)
+	p := watertight.MustNew(br)
 	ctx := context.Background()
 	fn := func(context.Context) (int, error) { return 1, nil }
 	b.ReportAllocs()

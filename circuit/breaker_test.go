@@ -311,7 +311,7 @@ func TestSaturationCountsOnlyWhenConfigured(t *testing.T) {
 	full := watertight.NewSaturation("bulkhead: full")
 	for _, count := range []bool{false, true} {
 		b := mustNew(t, circuit.Config{WindowSize: 4, MinCalls: 4, CountSaturation: count})
-		p := watertight.New(b)
+		p := watertight.MustNew(b)
 		for range 4 {
 			_ = p.Run(context.Background(), func(context.Context) error { return full })
 		}

@@ -603,7 +603,7 @@ func TestConcurrentUse(t *testing.T) {
 func TestPolicy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mustNew(t, deadline.Config{MinRemaining: 200 * time.Millisecond})
-		pl := watertight.New(p)
+		pl := watertight.MustNew(p)
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		called := false

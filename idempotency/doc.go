@@ -6,5 +6,5 @@
 //
 // This package holds the key and fingerprint rules, the Store interface and
 // the in-memory store; the HTTP middleware lives in watertighthttp and the
-// Redis store in the contrib/redis module.
+// Redis store in the contrib/redisstore module.
 package idempotency

@@ -62,7 +62,7 @@ func DefaultMemoryConfig() MemoryConfig {
 // MemoryStore is a Store that keeps claims and results in the process's
 // memory: the embedded default. It deduplicates only the requests that
 // reach this process; servers that run as several instances need a shared
-// store (the Redis store of contrib/redis).
+// store (the Redis store of contrib/redisstore).
 //
 // It is bounded. When a new claim or a new result would exceed
 // MemoryConfig.MaxEntries or MaxBytes, expired entries go first (they are

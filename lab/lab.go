@@ -51,8 +51,8 @@ type Options struct {
 }
 
 // Metrics is what a scenario hands its protections to for export. The
-// Prometheus and OpenTelemetry adapters (contrib/prometheus,
-// contrib/otel) satisfy it. Adding a breaker or bulkhead under a name
+// Prometheus and OpenTelemetry adapters (contrib/watertightprom,
+// contrib/watertightotel) satisfy it. Adding a breaker or bulkhead under a name
 // already added replaces the earlier one.
 type Metrics interface {
 	AddBreaker(*circuit.Breaker) (remove func())

@@ -149,7 +149,7 @@ func ovRun(ctx context.Context, cfg string, load int, p ovParams, seed uint64) (
 	begin := time.Now() // the arrivals start a few microseconds later
 	var h http.Handler = ovHandler(cfg, p, stop, pt, begin)
 	if cfg == ovShedding {
-		h, err = watertighthttp.Handler(h, watertighthttp.HandlerConfig{
+		h, err = watertighthttp.NewHandler(h, watertighthttp.HandlerConfig{
 			Deadline:      prop,
 			MaxConcurrent: p.workers,
 			MaxQueue:      p.queue,

@@ -228,7 +228,7 @@ func payRun(ctx context.Context, cfg string, p payParams, seed uint64) (*payTall
 	var h http.Handler = &payServer{tally: tally}
 	if cfg == payKeys {
 		var err error
-		h, err = watertighthttp.Idempotency(h, watertighthttp.IdempotencyConfig{
+		h, err = watertighthttp.NewIdempotencyHandler(h, watertighthttp.IdempotencyConfig{
 			Name:  "payments",
 			Scope: watertighthttp.SharedScope, // one client in the lab; a real service scopes by caller
 			// A duplicate that arrives while the first is running (the

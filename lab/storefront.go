@@ -468,7 +468,7 @@ func (g *sfGateway) calibrate(window time.Duration) ([3]*sfSizing, error) {
 		if g.p.callPolicies != nil {
 			policies = append(policies, g.p.callPolicies(rt.name)...)
 		}
-		pipes[i] = watertight.New(policies...)
+		pipes[i] = watertight.MustNew(policies...)
 		if m := g.p.metrics; m != nil {
 			m.AddBreaker(s.breaker)
 			m.AddBulkhead(s.bulkhead)

@@ -318,7 +318,7 @@ func newStormStack(name string, prm stormParams, seed uint64, idx int, start tim
 		s.prov.br = s.br
 		policies = append(policies, s.br)
 	}
-	s.client = watertight.New(policies...)
+	s.client = watertight.MustNew(policies...)
 	return s, nil
 }
 

@@ -223,7 +223,7 @@ func tnRun(ctx context.Context, cfg string, p tnParams, arrivals []tnArrival) (*
 		hc.Client = func(r *http.Request) string { return r.Header.Get(tnHeader) }
 		hc.MaxPerClient = p.maxPerClient
 	}
-	h, err := watertighthttp.Handler(tnHandler(p), hc)
+	h, err := watertighthttp.NewHandler(tnHandler(p), hc)
 	if err != nil {
 		return nil, err
 	}

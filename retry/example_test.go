@@ -26,7 +26,7 @@ func Example() {
 		},
 	})
 	breaker, _ := circuit.New(circuit.Config{Name: "inventory"})
-	p := watertight.New(policy, breaker)
+	p := watertight.MustNew(policy, breaker)
 
 	calls := 0
 	stock, err := watertight.Do(context.Background(), p, func(context.Context) (int, error) {

@@ -146,7 +146,7 @@ func New(cfg Config) (*Policy, error) {
 		cfg.Retryable = IsTransient
 	}
 	p := &Policy{cfg: cfg}
-	p.pipe = watertight.New(p)
+	p.pipe = watertight.MustNew(p)
 	return p, nil
 }
 

@@ -276,7 +276,7 @@ func TestEachAttemptPassesTheBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := watertight.New(mustPolicy(t, retry.Config{Idempotent: true, MaxAttempts: 5, Backoff: constant(t, time.Nanosecond)}), br)
+	p := watertight.MustNew(mustPolicy(t, retry.Config{Idempotent: true, MaxAttempts: 5, Backoff: constant(t, time.Nanosecond)}), br)
 	calls := 0
 	_, err = watertight.Do(context.Background(), p, failing(&calls, errRefused))
 	if calls != 2 || !errors.Is(err, circuit.ErrOpen) {

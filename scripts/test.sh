@@ -3,7 +3,7 @@
 # seconds. This is the README's test command; .ci/run calls it.
 #   FUZZTIME=5s bash scripts/test.sh
 #
-# The Redis store's tests (contrib/redis) need a real Redis: give its
+# The Redis store's tests (contrib/redisstore) need a real Redis: give its
 # address in WATERTIGHT_REDIS_ADDR, or have redis-server on PATH and this
 # script starts a throwaway one on 127.0.0.1 (no persistence) and stops it
 # at the end. Without either, those tests are skipped — unless
@@ -86,10 +86,10 @@ elif command -v redis-server >/dev/null; then
 	fi
 elif [ "${WATERTIGHT_REQUIRE_REDIS:-}" = 1 ]; then
 	echo "== redis-server is not installed and WATERTIGHT_REDIS_ADDR is unset, but" \
-		"WATERTIGHT_REQUIRE_REDIS=1: the Redis store tests (contrib/redis) will fail" >&2
+		"WATERTIGHT_REQUIRE_REDIS=1: the Redis store tests (contrib/redisstore) will fail" >&2
 else
 	echo "== note: redis-server is not installed and WATERTIGHT_REDIS_ADDR is unset:" \
-		"the Redis store tests (contrib/redis) will be skipped" \
+		"the Redis store tests (contrib/redisstore) will be skipped" \
 		"(install Debian's redis-server, or set WATERTIGHT_REDIS_ADDR=host:port)"
 fi
 

@@ -24,7 +24,7 @@ func BenchmarkTimeout(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := watertight.New(to)
+	p := watertight.MustNew(to)
 	ctx := context.Background()
 	for _, bc := range []struct {
 		name string

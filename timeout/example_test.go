@@ -17,7 +17,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	p := watertight.New(attempt)
+	p := watertight.MustNew(attempt)
 
 	_, err = watertight.Do(context.Background(), p, func(ctx context.Context) (string, error) {
 		select {
@@ -49,7 +49,7 @@ func Example_callerDeadline() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
 
-	err := watertight.New(attempt).Run(ctx, func(ctx context.Context) error {
+	err := watertight.MustNew(attempt).Run(ctx, func(ctx context.Context) error {
 		<-ctx.Done()
 		return ctx.Err()
 	})

@@ -49,7 +49,7 @@ func TestTimeoutExpires(t *testing.T) {
 		to := mustNew(t, timeout.Config{Name: "attempt", Timeout: 2 * time.Second})
 		start := time.Now()
 		var fnCtx context.Context
-		_, err := watertight.Do(context.Background(), watertight.New(to), func(ctx context.Context) (int, error) {
+		_, err := watertight.Do(context.Background(), watertight.MustNew(to), func(ctx context.Context) (int, error) {
 			fnCtx = ctx
 			if dl, ok := ctx.Deadline(); !ok || !dl.Equal(start.Add(2*time.Second)) {
 				t.Errorf("ctx.Deadline() = %v, %v; want start+2s", dl, ok)
@@ -89,7 +89,7 @@ func TestTimeoutWrapsCallError(t *testing.T) {
 	errIO := errors.New("read tcp: i/o timeout")
 	synctest.Test(t, func(t *testing.T) {
 		to := mustNew(t, timeout.Config{Name: "attempt", Timeout: time.Second})
-		_, err := watertight.Do(context.Background(), watertight.New(to), func(ctx context.Context) (int, error) {
+		_, err := watertight.Do(context.Background(), watertight.MustNew(to), func(ctx context.Context) (int, error) {
 			<-ctx.Done()
 			return 0, fmt.Errorf("get: %w", errIO)
 		})
@@ -102,7 +102,7 @@ func TestTimeoutWrapsCallError(t *testing.T) {
 		}
 
 		// A function that returns the context's cause is not wrapped twice.
-		_, err = watertight.Do(context.Background(), watertight.New(to), func(ctx context.Context) (int, error) {
+		_, err = watertight.Do(context.Background(), watertight.MustNew(to), func(ctx context.Context) (int, error) {
 			<-ctx.Done()
 			return 0, context.Cause(ctx)
 		})
@@ -112,7 +112,7 @@ func TestTimeoutWrapsCallError(t *testing.T) {
 		}
 
 		// A function that succeeds despite the deadline succeeds.
-		v, err := watertight.Do(context.Background(), watertight.New(to), func(ctx context.Context) (int, error) {
+		v, err := watertight.Do(context.Background(), watertight.MustNew(to), func(ctx context.Context) (int, error) {
 			<-ctx.Done()
 			return 1, nil
 		})
@@ -142,7 +142,7 @@ func TestTimeoutCallerDeadlineFirst(t *testing.T) {
 				ctx, cancel := tc.ctx()
 				defer cancel()
 				start := time.Now()
-				_, err := watertight.Do(ctx, watertight.New(to), func(ctx context.Context) (int, error) {
+				_, err := watertight.Do(ctx, watertight.MustNew(to), func(ctx context.Context) (int, error) {
 					if dl, ok := ctx.Deadline(); !ok || !dl.Equal(start.Add(time.Second)) {
 						t.Errorf("ctx.Deadline() = %v, %v; want the caller's, start+1s", dl, ok)
 					}
@@ -173,7 +173,7 @@ func TestTimeoutCallerCancels(t *testing.T) {
 		defer cancel()
 		time.AfterFunc(500*time.Millisecond, cancel)
 		start := time.Now()
-		_, err := watertight.Do(ctx, watertight.New(to), func(ctx context.Context) (int, error) {
+		_, err := watertight.Do(ctx, watertight.MustNew(to), func(ctx context.Context) (int, error) {
 			<-ctx.Done()
 			return 0, ctx.Err()
 		})
@@ -196,7 +196,7 @@ func TestTimeoutSuccess(t *testing.T) {
 		for _, want := range []error{nil, errCall} {
 			var fnCtx context.Context
 			start := time.Now()
-			v, err := watertight.Do(context.Background(), watertight.New(to), func(ctx context.Context) (int, error) {
+			v, err := watertight.Do(context.Background(), watertight.MustNew(to), func(ctx context.Context) (int, error) {
 				fnCtx = ctx
 				time.Sleep(999 * time.Millisecond)
 				return 5, want
@@ -226,7 +226,7 @@ func TestTimeoutDefaults(t *testing.T) {
 			t.Errorf("Duration() = %v, want DefaultTimeout", d)
 		}
 		start := time.Now()
-		_, err := watertight.Do(context.Background(), watertight.New(to), func(ctx context.Context) (int, error) {
+		_, err := watertight.Do(context.Background(), watertight.MustNew(to), func(ctx context.Context) (int, error) {
 			if dl, ok := ctx.Deadline(); !ok || !dl.Equal(start.Add(10*time.Second)) {
 				t.Errorf("ctx.Deadline() = %v, %v; want start+10s", dl, ok)
 			}
@@ -260,7 +260,7 @@ func TestTimeoutDisabled(t *testing.T) {
 		if got := to.Exit(c, tk, context.DeadlineExceeded); got != context.DeadlineExceeded {
 			t.Errorf("Exit = %v, want the error unchanged", got)
 		}
-		v, err := watertight.DoDetached(ctx, watertight.New(to), func(c context.Context) (int, error) {
+		v, err := watertight.DoDetached(ctx, watertight.MustNew(to), func(c context.Context) (int, error) {
 			if c != ctx {
 				t.Error("fn did not get the caller's context")
 			}
@@ -297,7 +297,7 @@ func TestTimeoutNested(t *testing.T) {
 				total := mustNew(t, timeout.Config{Name: "total", Timeout: tc.total})
 				attempt := mustNew(t, timeout.Config{Name: "attempt", Timeout: tc.attempt})
 				start := time.Now()
-				_, err := watertight.Do(context.Background(), watertight.New(total, attempt), func(ctx context.Context) (int, error) {
+				_, err := watertight.Do(context.Background(), watertight.MustNew(total, attempt), func(ctx context.Context) (int, error) {
 					<-ctx.Done()
 					return 0, ctx.Err()
 				})
@@ -321,7 +321,7 @@ func TestTimeoutNested(t *testing.T) {
 func TestTimeoutConcurrent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		to := mustNew(t, timeout.Config{Name: "attempt", Timeout: 100 * time.Millisecond})
-		p := watertight.New(to)
+		p := watertight.MustNew(to)
 		start := time.Now()
 		var wg sync.WaitGroup
 		for i := range 20 {

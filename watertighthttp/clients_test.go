@@ -184,12 +184,12 @@ func TestTransportDoesNotRetryClientLimit(t *testing.T) {
 
 func TestHandlerClientConfig(t *testing.T) {
 	for _, n := range []int{0, -1} {
-		_, err := Handler(http.NotFoundHandler(), HandlerConfig{Client: hClientID, MaxPerClient: n})
+		_, err := NewHandler(http.NotFoundHandler(), HandlerConfig{Client: hClientID, MaxPerClient: n})
 		if err == nil || !strings.Contains(err.Error(), "HandlerConfig.MaxPerClient") {
 			t.Errorf("MaxPerClient %d: error %v, want one naming HandlerConfig.MaxPerClient", n, err)
 		}
 	}
-	wh, err := Handler(http.NotFoundHandler(), HandlerConfig{MaxPerClient: 3})
+	wh, err := NewHandler(http.NotFoundHandler(), HandlerConfig{MaxPerClient: 3})
 	if err != nil || wh.(*handler).clients != nil {
 		t.Fatalf("MaxPerClient without Client: %v, table %v; want no per-client limit", err, wh.(*handler).clients)
 	}
@@ -262,9 +262,9 @@ func TestHandlerClientLimitRace(t *testing.T) {
 
 // A client may have one request in the Handler at a time: a second one
 // sent while the first runs is refused with 429; another client's is not.
-func ExampleHandler_perClient() {
+func ExampleNewHandler_perClient() {
 	var h http.Handler
-	h, err := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h, err := NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/first" {
 			// While Alice's first request runs, she and Bob send another.
 			for _, who := range []string{"alice", "bob"} {

@@ -19,9 +19,9 @@ import (
 
 // Defaults of HandlerConfig.
 const (
-	// DefaultMaxConcurrent is the per-route in-flight limit used when
+	// DefaultRouteMaxConcurrent is the per-route in-flight limit used when
 	// HandlerConfig.MaxConcurrent is zero.
-	DefaultMaxConcurrent = 100
+	DefaultRouteMaxConcurrent = 100
 	// DefaultMaxRoutes is the route bound used when HandlerConfig.MaxRoutes
 	// is zero.
 	DefaultMaxRoutes = 1000
@@ -71,7 +71,7 @@ type HandlerConfig struct {
 	// else r.Method + " " + r.URL.Path. Keys are bounded by MaxRoutes.
 	Route func(*http.Request) string
 	// MaxConcurrent is how many requests of one route run the next handler
-	// at once. Zero means DefaultMaxConcurrent (100); a negative value means
+	// at once. Zero means DefaultRouteMaxConcurrent (100); a negative value means
 	// no admission limit at all (deadline shedding only).
 	MaxConcurrent int
 	// MaxQueue is how many requests of one route may wait for a place when
@@ -183,12 +183,42 @@ const eventSource = "http"
 // displaces the oldest queued request of the lowest criticality below its
 // own (which gets ErrDisplaced), else it is rejected.
 //
-// The returned handler is safe for concurrent use. Handler fails, naming the
-// field, when cfg is invalid or next is nil.
-func Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
+// The returned handler is safe for concurrent use. NewHandler fails, naming
+// the field, when cfg is invalid or next is nil.
+func NewHandler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
 	if next == nil {
-		return nil, errors.New("watertighthttp: Handler: next must not be nil")
+		return nil, errors.New("watertighthttp: NewHandler: next must not be nil")
 	}
+	c, err := newHandlerCore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &handler{handlerCore: c, next: next}, nil
+}
+
+// NewMiddleware is NewHandler in the shape of the standard middleware chains
+// (chi's Use, alice, plain wrapping): it validates cfg once, up front, and
+// returns a function that wraps a handler and cannot fail. Every handler it
+// wraps shares one state: the route queues, the per-client counts and the
+// rate limits of the warnings, as if the wrapped handlers were one server.
+// Call NewMiddleware once per independent server. The function panics if
+// given a nil handler, as http.Handle does.
+func NewMiddleware(cfg HandlerConfig) (func(http.Handler) http.Handler, error) {
+	c, err := newHandlerCore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic("watertighthttp: the middleware of NewMiddleware was given a nil handler")
+		}
+		return &handler{handlerCore: c, next: next}
+	}, nil
+}
+
+// newHandlerCore validates cfg and builds the state of NewHandler and
+// NewMiddleware.
+func newHandlerCore(cfg HandlerConfig) (*handlerCore, error) {
 	p := cfg.Deadline
 	if p == nil {
 		var err error
@@ -197,8 +227,7 @@ func Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
 			return nil, fmt.Errorf("watertighthttp: HandlerConfig.Deadline: default propagator: %w", err)
 		}
 	}
-	h := &handler{
-		next:     next,
+	h := &handlerCore{
 		deadline: p,
 		route:    cfg.Route,
 		onShed:   cfg.OnShed,
@@ -219,7 +248,7 @@ func Handler(next http.Handler, cfg HandlerConfig) (http.Handler, error) {
 	if cfg.MaxConcurrent >= 0 {
 		maxc := cfg.MaxConcurrent
 		if maxc == 0 {
-			maxc = DefaultMaxConcurrent
+			maxc = DefaultRouteMaxConcurrent
 		}
 		maxq := cfg.MaxQueue
 		switch {
@@ -281,8 +310,16 @@ func (h *handler) routeKey(r *http.Request) routeKey {
 	return routeKey{a: r.Method, b: r.URL.Path}
 }
 
+// handler is what NewHandler returns: the shared state and the handler it
+// wraps.
 type handler struct {
-	next     http.Handler
+	*handlerCore
+	next http.Handler
+}
+
+// handlerCore is the state of a NewHandler or NewMiddleware, shared by every
+// handler a middleware wraps.
+type handlerCore struct {
 	deadline *deadline.Propagator
 	route    func(*http.Request) string // nil: routeKey's default
 	routes   *routeTable                // nil: no admission limit

@@ -22,11 +22,11 @@ import (
 
 // ---- helpers ---------------------------------------------------------------
 
-// hNewServer serves h wrapped by Handler(cfg) on 127.0.0.1 and returns the
+// hNewServer serves h wrapped by NewHandler(cfg) on 127.0.0.1 and returns the
 // server and the wrapped handler.
 func hNewServer(t *testing.T, h http.Handler, cfg HandlerConfig) (*httptest.Server, *handler) {
 	t.Helper()
-	wh, err := Handler(h, cfg)
+	wh, err := NewHandler(h, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +409,7 @@ func TestHandlerQueuedRequestDeadlinePasses(t *testing.T) {
 		p := hPropagator(t, deadline.Config{MinRemaining: 100 * time.Millisecond})
 		b := hNewBlocker()
 		reasons := make(chan error, 2)
-		wh, err := Handler(b, HandlerConfig{Deadline: p, MaxConcurrent: 1, MaxQueue: 2,
+		wh, err := NewHandler(b, HandlerConfig{Deadline: p, MaxConcurrent: 1, MaxQueue: 2,
 			OnShed: func(r *http.Request, reason error) { reasons <- reason }})
 		if err != nil {
 			t.Fatal(err)
@@ -517,7 +517,7 @@ func TestHandlerClientGoneCancelsHandlerContext(t *testing.T) {
 func TestHandlerRouteFromPattern(t *testing.T) {
 	b := hNewBlocker()
 	var routes sync.Map
-	wh, err := Handler(b, HandlerConfig{MaxConcurrent: 1, MaxQueue: -1})
+	wh, err := NewHandler(b, HandlerConfig{MaxConcurrent: 1, MaxQueue: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,15 +543,15 @@ func TestHandlerRouteFromPattern(t *testing.T) {
 }
 
 func TestHandlerConfigErrors(t *testing.T) {
-	if _, err := Handler(nil, HandlerConfig{}); err == nil || !strings.Contains(err.Error(), "next") {
-		t.Fatalf("Handler(nil) error = %v, want one naming next", err)
+	if _, err := NewHandler(nil, HandlerConfig{}); err == nil || !strings.Contains(err.Error(), "next") {
+		t.Fatalf("NewHandler(nil) error = %v, want one naming next", err)
 	}
-	wh, err := Handler(http.NotFoundHandler(), HandlerConfig{})
+	wh, err := NewHandler(http.NotFoundHandler(), HandlerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	rt := wh.(*handler).routes
-	if rt.maxConcurrent != DefaultMaxConcurrent || rt.maxQueue != DefaultMaxConcurrent || rt.maxRoutes != DefaultMaxRoutes {
+	if rt.maxConcurrent != DefaultRouteMaxConcurrent || rt.maxQueue != DefaultRouteMaxConcurrent || rt.maxRoutes != DefaultMaxRoutes {
 		t.Fatalf("defaults: %d %d %d", rt.maxConcurrent, rt.maxQueue, rt.maxRoutes)
 	}
 }
@@ -597,7 +597,7 @@ func TestRouteTableBound(t *testing.T) {
 func rk(name string) routeKey { return routeKey{a: name, whole: true} }
 
 func TestRouteKeyMatchesName(t *testing.T) {
-	h := &handler{}
+	h := &handler{handlerCore: &handlerCore{}}
 	reqs := []*http.Request{
 		httptest.NewRequest(http.MethodGet, "/x", nil),
 		httptest.NewRequest(http.MethodPost, "/x", nil),
@@ -620,7 +620,7 @@ func TestRouteKeyMatchesName(t *testing.T) {
 			}
 		}
 	}
-	custom := &handler{route: func(*http.Request) string { return "GET /x" }}
+	custom := &handler{handlerCore: &handlerCore{route: func(*http.Request) string { return "GET /x" }}}
 	if k := custom.routeKey(reqs[0]); k.name() != "GET /x" {
 		t.Errorf("custom route key names %q", k.name())
 	}
@@ -675,9 +675,9 @@ func TestRouteTableEvictionRace(t *testing.T) {
 
 // ---- example ----------------------------------------------------------------------
 
-func ExampleHandler() {
+func ExampleNewHandler() {
 	p, _ := deadline.New(deadline.Config{MinRemaining: 50 * time.Millisecond})
-	h, err := Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h, err := NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, hasDeadline := r.Context().Deadline()
 		fmt.Fprintln(w, "served; deadline on the context:", hasDeadline)
 	}), HandlerConfig{Deadline: p, MaxConcurrent: 10, MaxQueue: 10})
@@ -748,7 +748,7 @@ func TestHandlerShedEvents(t *testing.T) {
 		evs := &hEvents{}
 		var shed atomic.Int64
 		b := hNewBlocker()
-		h, err := Handler(b, HandlerConfig{Name: "front", MaxConcurrent: 1, MaxQueue: -1, Listener: evs,
+		h, err := NewHandler(b, HandlerConfig{Name: "front", MaxConcurrent: 1, MaxQueue: -1, Listener: evs,
 			Deadline: hPropagator(t, deadline.Config{MinRemaining: time.Second, Logger: hQuietLogger()}),
 			OnShed:   func(*http.Request, error) { shed.Add(1) }})
 		if err != nil {
@@ -793,7 +793,7 @@ func TestHandlerShedEvents(t *testing.T) {
 // shed before its route was looked up gets it too.
 func TestHandlerShedEventRouteFunc(t *testing.T) {
 	evs := &hEvents{}
-	h, err := Handler(http.NotFoundHandler(), HandlerConfig{Listener: evs,
+	h, err := NewHandler(http.NotFoundHandler(), HandlerConfig{Listener: evs,
 		Route:    func(r *http.Request) string { return "tenant-" + r.Header.Get("Tenant") },
 		Deadline: hPropagator(t, deadline.Config{MinRemaining: time.Second, Logger: hQuietLogger()})})
 	if err != nil {
@@ -824,7 +824,7 @@ func TestHandlerListenerMayCallBackIn(t *testing.T) {
 		})
 		b := hNewBlocker()
 		var err error
-		h, err = Handler(b, HandlerConfig{MaxConcurrent: 1, MaxQueue: 1, Listener: l})
+		h, err = NewHandler(b, HandlerConfig{MaxConcurrent: 1, MaxQueue: 1, Listener: l})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -49,7 +49,7 @@ type IdempotencyConfig struct {
 	// Store keeps claims and results. If nil, a new in-memory store with
 	// the default bounds (idempotency.MemoryStore), which deduplicates only
 	// the requests that reach this process: a service that runs as several
-	// instances needs one store shared by all of them (contrib/redis).
+	// instances needs one store shared by all of them (contrib/redisstore).
 	Store idempotency.Store
 	// Scope returns the caller a request belongs to — the authenticated
 	// user, tenant or API key — and keys are kept per scope, so that a
@@ -215,12 +215,26 @@ func ScopeHeader(name string) func(*http.Request) string {
 // returns and its result is stored (Flush does nothing until the response
 // outgrows MaxResponseBytes). Hijacking is not supported.
 //
-// The returned handler is safe for concurrent use. Idempotency fails,
-// naming the field, when next is nil, Scope is nil, or a field is invalid.
-func Idempotency(next http.Handler, cfg IdempotencyConfig) (http.Handler, error) {
+// The returned handler is safe for concurrent use. NewIdempotencyHandler
+// fails, naming the field, when next is nil, Scope is nil, or a field is
+// invalid.
+func NewIdempotencyHandler(next http.Handler, cfg IdempotencyConfig) (http.Handler, error) {
 	if next == nil {
-		return nil, errors.New("watertighthttp: Idempotency: next must not be nil")
+		return nil, errors.New("watertighthttp: NewIdempotencyHandler: next must not be nil")
 	}
+	mw, err := NewIdempotencyMiddleware(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return mw(next), nil
+}
+
+// NewIdempotencyMiddleware is NewIdempotencyHandler in the shape of the
+// standard middleware chains: it validates cfg once, up front, and returns a
+// function that wraps a handler and cannot fail. Every handler it wraps
+// shares one Store (with Store nil, one new in-memory store for all of
+// them). The function panics if given a nil handler, as http.Handle does.
+func NewIdempotencyMiddleware(cfg IdempotencyConfig) (func(http.Handler) http.Handler, error) {
 	if cfg.Scope == nil {
 		return nil, errors.New("watertighthttp: IdempotencyConfig.Scope must be set: it keeps each caller's keys apart, so that no caller reads another's stored responses; " +
 			"return the authenticated user, tenant or API key, or use SharedScope when every caller may see every response")
@@ -238,7 +252,6 @@ func Idempotency(next http.Handler, cfg IdempotencyConfig) (http.Handler, error)
 		return nil, fmt.Errorf("watertighthttp: IdempotencyConfig.MaxKeyLength must be >= 0 (0 means %d), got %d", idempotency.DefaultMaxKeyLength, cfg.MaxKeyLength)
 	}
 	h := &idemHandler{
-		next:        next,
 		name:        cfg.Name,
 		store:       cfg.Store,
 		scope:       cfg.Scope,
@@ -304,7 +317,14 @@ func Idempotency(next http.Handler, cfg IdempotencyConfig) (http.Handler, error)
 	if h.logger == nil {
 		h.logger = slog.Default()
 	}
-	return h, nil
+	return func(next http.Handler) http.Handler {
+		if next == nil {
+			panic("watertighthttp: the middleware of NewIdempotencyMiddleware was given a nil handler")
+		}
+		h2 := *h
+		h2.next = next
+		return &h2
+	}, nil
 }
 
 type idemHandler struct {
@@ -829,7 +849,7 @@ func (rec *idemRecorder) flushTrailers() {
 	}
 }
 
-// WithIdempotencyKey returns req marked as one logical operation: a new
+// EnsureIdempotencyKey returns req marked as one logical operation: a new
 // random key (idempotency.NewKey) in its Idempotency-Key header, in the
 // draft's quoted form, and on its context (retry.WithIdempotencyKey), so
 // that a Transport, and any retry policy around the call, retry it, and the
@@ -838,11 +858,11 @@ func (rec *idemRecorder) flushTrailers() {
 // in its header.
 //
 // The rule: one key per logical operation, the same key on every attempt.
-// Call WithIdempotencyKey once per operation and send the returned request
+// Call EnsureIdempotencyKey once per operation and send the returned request
 // (or requests carrying its key) for every attempt; calling it again for a
 // retry makes the retry a new operation. The returned request shares
 // everything with req but its header, which is a copy, and its context.
-func WithIdempotencyKey(req *http.Request) *http.Request {
+func EnsureIdempotencyKey(req *http.Request) *http.Request {
 	if req.Header.Get(HeaderIdempotencyKey) != "" {
 		return req
 	}

@@ -74,7 +74,7 @@ func mustIdem(t testing.TB, next http.Handler, cfg IdempotencyConfig) http.Handl
 	if cfg.Logger == nil {
 		cfg.Logger = hQuietLogger()
 	}
-	h, err := Idempotency(next, cfg)
+	h, err := NewIdempotencyHandler(next, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -601,7 +601,7 @@ func TestIdempotencyScopes(t *testing.T) {
 		t.Fatalf("%d charges, want 3", app.charges.Load())
 	}
 
-	_, err := Idempotency(app, IdempotencyConfig{})
+	_, err := NewIdempotencyHandler(app, IdempotencyConfig{})
 	if err == nil || !strings.Contains(err.Error(), "IdempotencyConfig.Scope must be set") || !strings.Contains(err.Error(), "SharedScope") {
 		t.Fatalf("no Scope: %v", err)
 	}
@@ -1013,10 +1013,10 @@ func TestIdempotencyConcurrentDuplicatesTwoInstances(t *testing.T) {
 
 // ---- client side -----------------------------------------------------------------
 
-func TestWithIdempotencyKey(t *testing.T) {
+func TestEnsureIdempotencyKey(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, "http://example.invalid/charges", strings.NewReader("x"))
 	req.Header.Set("X-Other", "1")
-	r2 := WithIdempotencyKey(req)
+	r2 := EnsureIdempotencyKey(req)
 	v := r2.Header.Get(HeaderIdempotencyKey)
 	key, err := idempotency.ParseKey(v)
 	if err != nil || !strings.HasPrefix(v, `"`) {
@@ -1028,14 +1028,14 @@ func TestWithIdempotencyKey(t *testing.T) {
 	if req.Header.Get(HeaderIdempotencyKey) != "" || r2.Header.Get("X-Other") != "1" {
 		t.Fatal("the caller's request was changed, or the copy lost a header")
 	}
-	if WithIdempotencyKey(r2) != r2 {
+	if EnsureIdempotencyKey(r2) != r2 {
 		t.Fatal("a request with a key got another")
 	}
-	if WithIdempotencyKey(req).Header.Get(HeaderIdempotencyKey) == v {
+	if EnsureIdempotencyKey(req).Header.Get(HeaderIdempotencyKey) == v {
 		t.Fatal("two operations got the same key")
 	}
 	ctxReq := req.WithContext(retry.WithIdempotencyKey(context.Background(), "from-ctx"))
-	if got := WithIdempotencyKey(ctxReq).Header.Get(HeaderIdempotencyKey); got != `"from-ctx"` {
+	if got := EnsureIdempotencyKey(ctxReq).Header.Get(HeaderIdempotencyKey); got != `"from-ctx"` {
 		t.Fatalf("context key: header %q", got)
 	}
 }
@@ -1069,7 +1069,7 @@ func TestIdempotencyEndToEndLostResponse(t *testing.T) {
 	t.Cleanup(func() { tr.base.(*http.Transport).CloseIdleConnections() })
 	c := &http.Client{Transport: tr}
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{"amount":100}`))
-	resp, err := c.Do(WithIdempotencyKey(req))
+	resp, err := c.Do(EnsureIdempotencyKey(req))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1104,11 +1104,11 @@ func TestIdempotencyConfigErrors(t *testing.T) {
 		{IdempotencyConfig{Scope: SharedScope, MaxKeyLength: -1}, "IdempotencyConfig.MaxKeyLength must be >= 0"},
 		{IdempotencyConfig{Scope: SharedScope, Methods: []string{"POST", ""}}, "IdempotencyConfig.Methods"},
 	} {
-		if _, err := Idempotency(app, tc.cfg); err == nil || !strings.HasPrefix(err.Error(), "watertighthttp: ") || !strings.Contains(err.Error(), tc.says) {
+		if _, err := NewIdempotencyHandler(app, tc.cfg); err == nil || !strings.HasPrefix(err.Error(), "watertighthttp: ") || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.says)
 		}
 	}
-	if _, err := Idempotency(nil, IdempotencyConfig{Scope: SharedScope}); err == nil {
+	if _, err := NewIdempotencyHandler(nil, IdempotencyConfig{Scope: SharedScope}); err == nil {
 		t.Error("nil next accepted")
 	}
 }
@@ -1257,14 +1257,14 @@ func BenchmarkIdempotencyReplayParallel(b *testing.B) {
 
 // ---- example ---------------------------------------------------------------------
 
-func ExampleIdempotency() {
+func ExampleNewIdempotencyHandler() {
 	charges := 0
 	pay := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		charges++ // one payment made
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"charge":"ch_%d"}`, charges)
 	})
-	h, err := Idempotency(pay, IdempotencyConfig{
+	h, err := NewIdempotencyHandler(pay, IdempotencyConfig{
 		// Keys are per caller: here the API key header.
 		Scope:    ScopeHeader("X-Api-Key"),
 		Required: func(r *http.Request) bool { return true },
@@ -1278,7 +1278,7 @@ func ExampleIdempotency() {
 	// The client: one key for this payment, sent on every attempt.
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{"amount":100}`))
 	req.Header.Set("X-Api-Key", "k_live_1")
-	req = WithIdempotencyKey(req)
+	req = EnsureIdempotencyKey(req)
 	for range 2 { // the second attempt stands for a retry after a lost response
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -262,7 +262,7 @@ func (t *Transport) build(key string, b *circuit.Breaker, h *bulkhead.Bulkhead) 
 		if h != nil {
 			pols = append(pols, h)
 		}
-		return watertight.New(pols...)
+		return watertight.MustNew(pols...)
 	}
 	p.idem, p.once, p.single = mk(idem), mk(once), mk(single)
 	return p

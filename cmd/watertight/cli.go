@@ -98,8 +98,8 @@ Flags:
   --stall DUR       storefront: the stalled latency, e.g. 3s (default 3s)
   --metrics ADDR    serve /metrics on ADDR (e.g. :9090) while the scenarios
                     run: the storefront's breakers, bulkheads, events and call
-                    latencies, through contrib/prometheus (watertight_…) and
-                    contrib/otel (otel_watertight_…)
+                    latencies, through contrib/watertightprom (watertight_…) and
+                    contrib/watertightotel (otel_watertight_…)
 
 Exit status: 0 when every check passes, 1 when a check or a scenario failed,
 2 for a usage error. Progress goes to stderr.

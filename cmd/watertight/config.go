@@ -11,7 +11,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/watertight-go/watertight/contrib/config"
+	"github.com/watertight-go/watertight/contrib/watertightconfig"
 )
 
 func configUsage(w io.Writer) {
@@ -79,10 +79,10 @@ func runConfigCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	code := exitOK
 	for i, path := range fs.Args() {
-		f, err := config.Load(path)
+		f, err := watertightconfig.Load(path)
 		if err != nil {
 			code = exitUsage
-			var es config.Errors
+			var es watertightconfig.Errors
 			if !errors.As(err, &es) {
 				fmt.Fprintf(stderr, "watertight config check: %v\n", err)
 				continue
@@ -119,19 +119,19 @@ func runConfigWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 		return exitUsage
 	}
 	path := args[0]
-	f, err := config.Load(path)
+	f, err := watertightconfig.Load(path)
 	if err != nil {
 		printConfigErrors(stderr, "watertight config watch", path, err)
 		return exitUsage
 	}
-	reg, err := config.NewRegistry(f, config.Options{})
+	reg, err := watertightconfig.NewRegistry(f, watertightconfig.Options{})
 	if err != nil {
 		fmt.Fprintf(stderr, "watertight config watch: %v\n", err)
 		return exitUsage
 	}
 	var mu sync.Mutex // the reload callback runs in the watcher's goroutine
 	mu.Lock()
-	stop := config.WatchSignals(ctx, reg, path, func(c config.Changes, err error) {
+	stop := watertightconfig.WatchSignals(ctx, reg, path, func(c watertightconfig.Changes, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -152,7 +152,7 @@ func runConfigWatch(ctx context.Context, args []string, stdout, stderr io.Writer
 
 // printConfigErrors prints every error of a configuration file.
 func printConfigErrors(w io.Writer, prefix, path string, err error) {
-	var es config.Errors
+	var es watertightconfig.Errors
 	if !errors.As(err, &es) {
 		fmt.Fprintf(w, "%s: %v\n", prefix, err)
 		return
@@ -164,7 +164,7 @@ func printConfigErrors(w io.Writer, prefix, path string, err error) {
 }
 
 // describeFile counts a file's instances by kind.
-func describeFile(f *config.File) string {
+func describeFile(f *watertightconfig.File) string {
 	return fmt.Sprintf("%d breakers, %d bulkheads, %d retries, %d budgets, %d timeouts, %d hedges",
 		len(f.Breakers), len(f.Bulkheads), len(f.Retries), len(f.Budgets), len(f.Timeouts), len(f.Hedges))
 }

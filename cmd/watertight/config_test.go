@@ -59,7 +59,7 @@ breakers:
 }
 
 func TestConfigCheckExample(t *testing.T) {
-	code, stdout, stderr := runCLI(t, "config", "check", "../../contrib/config/testdata/example.yaml")
+	code, stdout, stderr := runCLI(t, "config", "check", "../../contrib/watertightconfig/testdata/example.yaml")
 	if code != exitOK || !strings.Contains(stdout, "14 instances") {
 		t.Errorf("exit %d\n%s\n%s", code, stdout, stderr)
 	}

@@ -5,9 +5,9 @@ go 1.25.0
 require (
 	github.com/prometheus/client_golang v1.24.1
 	github.com/watertight-go/watertight v0.0.0
-	github.com/watertight-go/watertight/contrib/config v0.0.0
-	github.com/watertight-go/watertight/contrib/otel v0.0.0
-	github.com/watertight-go/watertight/contrib/prometheus v0.0.0
+	github.com/watertight-go/watertight/contrib/watertightconfig v0.0.0
+	github.com/watertight-go/watertight/contrib/watertightotel v0.0.0
+	github.com/watertight-go/watertight/contrib/watertightprom v0.0.0
 	github.com/watertight-go/watertight/lab v0.0.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.68.0
 	go.opentelemetry.io/otel/sdk/metric v1.46.0
@@ -40,14 +40,15 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
+	gonum.org/v1/gonum v0.17.0 // indirect
 	gonum.org/v1/plot v0.17.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
 	github.com/watertight-go/watertight => ../../
-	github.com/watertight-go/watertight/contrib/config => ../../contrib/config
-	github.com/watertight-go/watertight/contrib/otel => ../../contrib/otel
-	github.com/watertight-go/watertight/contrib/prometheus => ../../contrib/prometheus
+	github.com/watertight-go/watertight/contrib/watertightconfig => ../../contrib/watertightconfig
+	github.com/watertight-go/watertight/contrib/watertightotel => ../../contrib/watertightotel
+	github.com/watertight-go/watertight/contrib/watertightprom => ../../contrib/watertightprom
 	github.com/watertight-go/watertight/lab => ../../lab
 )

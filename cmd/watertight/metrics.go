@@ -17,13 +17,13 @@ import (
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
-	"github.com/watertight-go/watertight/contrib/otel"
-	"github.com/watertight-go/watertight/contrib/prometheus"
+	"github.com/watertight-go/watertight/contrib/watertightotel"
+	"github.com/watertight-go/watertight/contrib/watertightprom"
 )
 
 // labMetrics exports what the lab's scenarios build, through both adapters
-// at once, on one /metrics page: contrib/prometheus's collector under its
-// own names (watertight_…), and contrib/otel's instruments through
+// at once, on one /metrics page: contrib/watertightprom's collector under its
+// own names (watertight_…), and contrib/watertightotel's instruments through
 // OpenTelemetry's Prometheus exporter, prefixed otel_ so that the two sets
 // do not collide (otel_watertight_…). It is a lab.Metrics.
 type labMetrics struct {

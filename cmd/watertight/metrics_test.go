@@ -36,7 +36,7 @@ func TestMetricsServesBothAdapters(t *testing.T) {
 	m.AddBreaker(br)
 	m.AddBulkhead(bh)
 	br.ForceOpen() // a state change: an event
-	pipe := watertight.New(append([]watertight.Policy{bh}, m.callPolicies("payments")...)...)
+	pipe := watertight.MustNew(append([]watertight.Policy{bh}, m.callPolicies("payments")...)...)
 	if _, err := watertight.Do(context.Background(), pipe, func(context.Context) (int, error) { return 1, nil }); err != nil {
 		t.Fatal(err)
 	}

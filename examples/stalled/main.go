@@ -112,7 +112,9 @@ func newGateway(workers int, stall time.Duration, protected bool) (*gateway, err
 		if err != nil {
 			return nil, err
 		}
-		g.pipes[r.name] = watertight.New(br, bh, to)
+		if g.pipes[r.name], err = watertight.New(br, bh, to); err != nil {
+			return nil, err
+		}
 	}
 	return g, nil
 }

@@ -1,6 +1,6 @@
 // Package admission is the in-flight limit and wait queue of one route or
 // method, shared by the HTTP Handler (watertighthttp) and the gRPC server
-// interceptors (contrib/grpc). It is not API.
+// interceptors (contrib/watertightgrpc). It is not API.
 //
 // A Queue lets at most maxConcurrent requests in at once and keeps at most
 // maxQueue waiting. Its discipline is the Handler's: the highest criticality

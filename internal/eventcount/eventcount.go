@@ -1,5 +1,5 @@
 // Package eventcount counts watertight events by a bounded label set, for
-// the metrics adapters (contrib/prometheus, contrib/otel): which labels an
+// the metrics adapters (contrib/watertightprom, contrib/watertightotel): which labels an
 // event is counted under (KeyOf, with the reasons of skipped retries and
 // shed requests mapped to a few fixed values), and a counter map that adds
 // to a label set already seen without a lock or an allocation.
@@ -92,7 +92,7 @@ var (
 // RegisterShedReason makes ShedReason label a shed event whose Err matches
 // err (errors.Is) with label, one of "route_full", "displaced",
 // "queue_gave_up", "client_limit" and "deadline". It is for the adapters
-// this package cannot import (contrib/grpc, which depends on the root
+// this package cannot import (contrib/watertightgrpc, which depends on the root
 // module), at their initialisation. It panics on any other label: the set
 // of label values is bounded.
 func RegisterShedReason(err error, label string) {

@@ -1,5 +1,5 @@
 // Package sources is the set of primitives a metrics adapter watches
-// (contrib/prometheus, contrib/otel): breakers, bulkheads, pools, budgets,
+// (contrib/watertightprom, contrib/watertightotel): breakers, bulkheads, pools, budgets,
 // throttlers and hedge policies, each under a name, read at collection time.
 package sources
 

@@ -1,0 +1,529 @@
+package watertightconfig
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/backoff"
+	"github.com/watertight-go/watertight/budget"
+	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/circuit"
+	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/retry"
+	"github.com/watertight-go/watertight/timeout"
+)
+
+// ErrNotFound is matched (errors.Is) by the error of a Registry lookup for
+// a name the configuration does not have.
+var ErrNotFound = errors.New("config: no such instance")
+
+var errNilFile = errors.New("config: nil File")
+
+// Options are what a Registry adds to the file's configurations when it
+// builds instances: what a file cannot say, such as functions.
+type Options struct {
+	// Listener, if not nil, is set as the Listener of every breaker,
+	// bulkhead, retry policy, budget and hedging policy the registry
+	// builds (their events carry the instance name as Name).
+	Listener watertight.Listener
+	// Breaker, if not nil, is called with each breaker's configuration
+	// before the breaker is built, to set its function fields (Classify,
+	// OnStateChange, OnReject, Rand). It is called again each time a reload
+	// rebuilds the breaker. It should not change the fields the file sets:
+	// a reload compares the file's values, not what Breaker made of them.
+	Breaker func(name string, c *circuit.Config)
+	// Bulkhead, if not nil, is called with each bulkhead's configuration
+	// before it is built (see Breaker).
+	Bulkhead func(name string, c *bulkhead.Config)
+	// Retry, if not nil, is called with each retry policy's configuration
+	// before it is built, Backoff and Budget already set (see Breaker): to
+	// set Retryable or OnEvent.
+	Retry func(name string, c *retry.Config)
+	// Budget, if not nil, is called with each budget's configuration before
+	// it is built (see Breaker).
+	Budget func(name string, c *budget.Config)
+	// Timeout, if not nil, is called with each timeout's configuration
+	// before it is built (see Breaker).
+	Timeout func(name string, c *timeout.Config)
+	// Hedge, if not nil, is called with each hedging policy's
+	// configuration before it is built, Budget, Breaker and Bulkhead
+	// already set (see Breaker).
+	Hedge func(name string, c *hedge.Config)
+}
+
+// Registry holds the instances a File describes, built and ready, by name:
+// one *circuit.Breaker per breaker, one *bulkhead.Bulkhead per bulkhead, and
+// so on. Reload swaps in a new File and keeps every instance whose
+// configuration did not change — with its state: an open breaker stays
+// open — rebuilds those that changed and drops those that are gone.
+//
+// Look instances up when you need them rather than keeping them for the
+// life of the program: a lookup is a map read behind one atomic load, and
+// after a reload that changed an instance, only a lookup returns the new
+// one. The same holds for what CircuitRegistry, BulkheadRegistry,
+// RetryConfig and TransportConfig return: rebuild what you made from them
+// (an HTTP Transport, say) when Reload reports that those names changed.
+//
+// A Registry is safe for concurrent use: lookups never wait for a reload.
+type Registry struct {
+	opts Options
+	mu   sync.Mutex // serialises reloads
+	st   atomic.Pointer[state]
+}
+
+// state is one configuration's instances; it never changes once published.
+type state struct {
+	file      *File
+	breakers  map[string]*breakerEntry
+	bulkheads map[string]*bulkheadEntry
+	retries   map[string]*retryEntry
+	budgets   map[string]*budgetEntry
+	timeouts  map[string]*timeoutEntry
+	hedges    map[string]*hedgeEntry
+}
+
+type breakerEntry struct {
+	spec  Breaker
+	b     *circuit.Breaker
+	keyed func() (*circuit.Registry, error)
+}
+
+type bulkheadEntry struct {
+	spec  Bulkhead
+	b     *bulkhead.Bulkhead
+	keyed func() (*bulkhead.Registry, error)
+}
+
+type retryEntry struct {
+	spec Retry
+	cfg  retry.Config // Backoff and Budget set, Options applied
+	p    *retry.Policy
+	bud  *budget.Budget // the budget cfg uses, to notice it was rebuilt
+}
+
+type budgetEntry struct {
+	spec Budget
+	b    *budget.Budget
+}
+
+type hedgeEntry struct {
+	spec Hedge
+	p    *hedge.Policy
+	// The objects the policy was built with, to notice they were rebuilt.
+	bud *budget.Budget
+	br  *circuit.Breaker
+	bh  *bulkhead.Bulkhead
+}
+
+type timeoutEntry struct {
+	spec Timeout
+	t    *timeout.Timeout
+}
+
+// NewRegistry builds every instance of f. It fails only if a package
+// refuses a configuration (possible for a File not made by Load or Parse,
+// or changed by an Options hook).
+func NewRegistry(f *File, opts Options) (*Registry, error) {
+	if f == nil {
+		return nil, errNilFile
+	}
+	r := &Registry{opts: opts}
+	st, _, err := r.build(&state{}, f)
+	if err != nil {
+		return nil, err
+	}
+	r.st.Store(st)
+	return r, nil
+}
+
+// File returns the configuration the registry holds now. Do not modify it:
+// reloads compare against it.
+func (r *Registry) File() *File { return r.st.Load().file }
+
+// Changes says what a Reload did, naming instances as "breakers.payment".
+type Changes struct {
+	// Added are the instances that are new.
+	Added []string
+	// Changed are the instances whose configuration changed: they were
+	// rebuilt, with fresh state.
+	Changed []string
+	// Removed are the instances that are gone.
+	Removed []string
+	// Kept are the instances that did not change: the same objects, with
+	// their state.
+	Kept []string
+}
+
+// String sums the changes up in one line.
+func (c Changes) String() string {
+	var parts []string
+	for _, p := range []struct {
+		what  string
+		names []string
+	}{{"added", c.Added}, {"changed", c.Changed}, {"removed", c.Removed}} {
+		if len(p.names) > 0 {
+			parts = append(parts, p.what+" "+strings.Join(p.names, ", "))
+		}
+	}
+	parts = append(parts, fmt.Sprintf("%d unchanged", len(c.Kept)))
+	return strings.Join(parts, "; ")
+}
+
+// Reload replaces the configuration with f. Instances whose resolved
+// configuration is the same as before keep their objects and state; those
+// that changed are rebuilt; those f does not name are dropped (callers that
+// still hold them may go on using them, unseen by the registry). A retry
+// policy is rebuilt too when the budget it names is, and a hedging policy
+// when its budget, breaker or bulkhead is. If an instance cannot
+// be built, nothing changes and the error is returned.
+func (r *Registry) Reload(f *File) (Changes, error) {
+	if f == nil {
+		return Changes{}, errNilFile
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, ch, err := r.build(r.st.Load(), f)
+	if err != nil {
+		return Changes{}, err
+	}
+	r.st.Store(st)
+	return ch, nil
+}
+
+// ReloadFrom loads the file at path and reloads from it (see Reload). An
+// invalid file is rejected whole: the registry keeps its configuration and
+// the error lists every problem (an Errors value).
+func (r *Registry) ReloadFrom(path string) (Changes, error) {
+	f, err := Load(path)
+	if err != nil {
+		return Changes{}, err
+	}
+	return r.Reload(f)
+}
+
+// build makes the state for f, reusing old's unchanged entries.
+func (r *Registry) build(old *state, f *File) (*state, Changes, error) {
+	var ch Changes
+	st := &state{file: f}
+	var err error
+	st.breakers, err = reuse(old.breakers, f.Breakers, "breakers", &ch,
+		func(o *breakerEntry, s Breaker) bool {
+			return o.spec.MaxKeys == s.MaxKeys && reflect.DeepEqual(o.spec.Config, s.Config)
+		},
+		r.newBreaker)
+	if err != nil {
+		return nil, ch, err
+	}
+	st.bulkheads, err = reuse(old.bulkheads, f.Bulkheads, "bulkheads", &ch,
+		func(o *bulkheadEntry, s Bulkhead) bool {
+			return o.spec.MaxKeys == s.MaxKeys && reflect.DeepEqual(o.spec.Config, s.Config)
+		},
+		r.newBulkhead)
+	if err != nil {
+		return nil, ch, err
+	}
+	st.budgets, err = reuse(old.budgets, f.Budgets, "budgets", &ch,
+		func(o *budgetEntry, s Budget) bool { return reflect.DeepEqual(o.spec.Config, s.Config) },
+		r.newBudget)
+	if err != nil {
+		return nil, ch, err
+	}
+	budgetOf := func(name string) *budget.Budget {
+		if e := st.budgets[name]; e != nil {
+			return e.b
+		}
+		return nil
+	}
+	st.retries, err = reuse(old.retries, f.Retries, "retries", &ch,
+		func(o *retryEntry, s Retry) bool {
+			return o.spec.Budget == s.Budget && o.bud == budgetOf(s.Budget) &&
+				reflect.DeepEqual(o.spec.Config, s.Config) && reflect.DeepEqual(o.spec.Backoff, s.Backoff)
+		},
+		func(name string, s Retry) (*retryEntry, error) {
+			if s.Budget != "" && budgetOf(s.Budget) == nil {
+				return nil, fmt.Errorf("config: retries.%s.budget: no budget named %q", name, s.Budget)
+			}
+			return r.newRetry(name, s, budgetOf(s.Budget))
+		})
+	if err != nil {
+		return nil, ch, err
+	}
+	st.timeouts, err = reuse(old.timeouts, f.Timeouts, "timeouts", &ch,
+		func(o *timeoutEntry, s Timeout) bool { return reflect.DeepEqual(o.spec.Config, s.Config) },
+		r.newTimeout)
+	if err != nil {
+		return nil, ch, err
+	}
+	breakerOf := func(name string) *circuit.Breaker {
+		if e := st.breakers[name]; e != nil {
+			return e.b
+		}
+		return nil
+	}
+	bulkheadOf := func(name string) *bulkhead.Bulkhead {
+		if e := st.bulkheads[name]; e != nil {
+			return e.b
+		}
+		return nil
+	}
+	st.hedges, err = reuse(old.hedges, f.Hedges, "hedges", &ch,
+		func(o *hedgeEntry, s Hedge) bool {
+			return o.spec.Budget == s.Budget && o.spec.Breaker == s.Breaker && o.spec.Bulkhead == s.Bulkhead &&
+				o.bud == budgetOf(s.Budget) && o.br == breakerOf(s.Breaker) && o.bh == bulkheadOf(s.Bulkhead) &&
+				reflect.DeepEqual(o.spec.Config, s.Config)
+		},
+		func(name string, s Hedge) (*hedgeEntry, error) {
+			e := &hedgeEntry{spec: s, bud: budgetOf(s.Budget), br: breakerOf(s.Breaker), bh: bulkheadOf(s.Bulkhead)}
+			if (s.Budget != "" && e.bud == nil) || (s.Breaker != "" && e.br == nil) || (s.Bulkhead != "" && e.bh == nil) {
+				return nil, fmt.Errorf("config: hedges.%s: names a budget, breaker or bulkhead the file does not have", name)
+			}
+			c := s.Config
+			c.Name, c.Budget, c.Breaker, c.Bulkhead = name, e.bud, e.br, e.bh
+			if r.opts.Listener != nil {
+				c.Listener = r.opts.Listener
+			}
+			if r.opts.Hedge != nil {
+				r.opts.Hedge(name, &c)
+			}
+			p, err := hedge.New(c)
+			if err != nil {
+				return nil, fmt.Errorf("config: hedges.%s: %w", name, err)
+			}
+			e.p = p
+			return e, nil
+		})
+	if err != nil {
+		return nil, ch, err
+	}
+	return st, ch, nil
+}
+
+// reuse builds the entries of one section, keeping old's unchanged ones.
+func reuse[S any, E any](old map[string]*E, specs map[string]S, section string, ch *Changes,
+	same func(*E, S) bool, build func(string, S) (*E, error)) (map[string]*E, error) {
+	out := make(map[string]*E, len(specs))
+	for _, name := range sortedKeys(specs) {
+		s := specs[name]
+		id := section + "." + name
+		if o, ok := old[name]; ok && same(o, s) {
+			out[name] = o
+			ch.Kept = append(ch.Kept, id)
+			continue
+		}
+		e, err := build(name, s)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = e
+		if _, ok := old[name]; ok {
+			ch.Changed = append(ch.Changed, id)
+		} else {
+			ch.Added = append(ch.Added, id)
+		}
+	}
+	for _, name := range sortedKeys(old) {
+		if _, ok := specs[name]; !ok {
+			ch.Removed = append(ch.Removed, section+"."+name)
+		}
+	}
+	return out, nil
+}
+
+func (r *Registry) breakerConfig(name string, s Breaker) circuit.Config {
+	c := s.Config
+	c.Name = name
+	if r.opts.Listener != nil {
+		c.Listener = r.opts.Listener
+	}
+	if r.opts.Breaker != nil {
+		r.opts.Breaker(name, &c)
+	}
+	return c
+}
+
+func (r *Registry) newBreaker(name string, s Breaker) (*breakerEntry, error) {
+	c := r.breakerConfig(name, s)
+	b, err := circuit.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("config: breakers.%s: %w", name, err)
+	}
+	return &breakerEntry{spec: s, b: b, keyed: sync.OnceValues(func() (*circuit.Registry, error) {
+		return circuit.NewRegistry(circuit.RegistryConfig{Config: c, MaxKeys: s.MaxKeys})
+	})}, nil
+}
+
+func (r *Registry) newBulkhead(name string, s Bulkhead) (*bulkheadEntry, error) {
+	c := s.Config
+	c.Name = name
+	if r.opts.Listener != nil {
+		c.Listener = r.opts.Listener
+	}
+	if r.opts.Bulkhead != nil {
+		r.opts.Bulkhead(name, &c)
+	}
+	b, err := bulkhead.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("config: bulkheads.%s: %w", name, err)
+	}
+	return &bulkheadEntry{spec: s, b: b, keyed: sync.OnceValues(func() (*bulkhead.Registry, error) {
+		return bulkhead.NewRegistry(bulkhead.RegistryConfig{Config: c, MaxKeys: s.MaxKeys})
+	})}, nil
+}
+
+func (r *Registry) newBudget(name string, s Budget) (*budgetEntry, error) {
+	c := s.Config
+	c.Name = name
+	if r.opts.Listener != nil {
+		c.Listener = r.opts.Listener
+	}
+	if r.opts.Budget != nil {
+		r.opts.Budget(name, &c)
+	}
+	b, err := budget.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("config: budgets.%s: %w", name, err)
+	}
+	return &budgetEntry{spec: s, b: b}, nil
+}
+
+func (r *Registry) newRetry(name string, s Retry, bud *budget.Budget) (*retryEntry, error) {
+	bo, err := backoff.New(s.Backoff)
+	if err != nil {
+		return nil, fmt.Errorf("config: retries.%s.backoff: %w", name, err)
+	}
+	c := s.Config
+	c.Name = name
+	c.Backoff = bo
+	c.Budget = bud
+	if r.opts.Listener != nil {
+		c.Listener = r.opts.Listener
+	}
+	if r.opts.Retry != nil {
+		r.opts.Retry(name, &c)
+	}
+	p, err := retry.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("config: retries.%s: %w", name, err)
+	}
+	return &retryEntry{spec: s, cfg: c, p: p, bud: bud}, nil
+}
+
+func (r *Registry) newTimeout(name string, s Timeout) (*timeoutEntry, error) {
+	c := s.Config
+	c.Name = name
+	if r.opts.Timeout != nil {
+		r.opts.Timeout(name, &c)
+	}
+	t, err := timeout.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("config: timeouts.%s: %w", name, err)
+	}
+	return &timeoutEntry{spec: s, t: t}, nil
+}
+
+// notFound is the error of a lookup of a missing name.
+func notFound[E any](what, name string, m map[string]*E) error {
+	have := strings.Join(sortedKeys(m), ", ")
+	if have == "" {
+		have = "none"
+	}
+	return fmt.Errorf("%w: no %s named %q (have: %s)", ErrNotFound, what, name, have)
+}
+
+// Breaker returns the breaker named name (section breakers:).
+func (r *Registry) Breaker(name string) (*circuit.Breaker, error) {
+	m := r.st.Load().breakers
+	if e, ok := m[name]; ok {
+		return e.b, nil
+	}
+	return nil, notFound("breaker", name, m)
+}
+
+// Bulkhead returns the bulkhead named name (section bulkheads:).
+func (r *Registry) Bulkhead(name string) (*bulkhead.Bulkhead, error) {
+	m := r.st.Load().bulkheads
+	if e, ok := m[name]; ok {
+		return e.b, nil
+	}
+	return nil, notFound("bulkhead", name, m)
+}
+
+// Retry returns the retry policy named name (section retries:), drawing
+// on the budget the file names for it.
+func (r *Registry) Retry(name string) (*retry.Policy, error) {
+	m := r.st.Load().retries
+	if e, ok := m[name]; ok {
+		return e.p, nil
+	}
+	return nil, notFound("retry policy", name, m)
+}
+
+// RetryConfig returns the configuration of the retry policy named name,
+// with its Backoff and its shared Budget set and the Options applied: what
+// watertighthttp.TransportConfig.Retry takes.
+func (r *Registry) RetryConfig(name string) (retry.Config, error) {
+	m := r.st.Load().retries
+	if e, ok := m[name]; ok {
+		return e.cfg, nil
+	}
+	return retry.Config{}, notFound("retry policy", name, m)
+}
+
+// Budget returns the budget named name (section budgets:): the one every
+// retry policy naming it draws on.
+func (r *Registry) Budget(name string) (*budget.Budget, error) {
+	m := r.st.Load().budgets
+	if e, ok := m[name]; ok {
+		return e.b, nil
+	}
+	return nil, notFound("budget", name, m)
+}
+
+// Timeout returns the timeout named name (section timeouts:).
+func (r *Registry) Timeout(name string) (*timeout.Timeout, error) {
+	m := r.st.Load().timeouts
+	if e, ok := m[name]; ok {
+		return e.t, nil
+	}
+	return nil, notFound("timeout", name, m)
+}
+
+// Hedge returns the hedging policy named name (section hedges:), with the
+// budget, breaker and bulkhead the file names for it: what
+// watertighthttp.HedgeConfig.Policy and hedge.Do take.
+func (r *Registry) Hedge(name string) (*hedge.Policy, error) {
+	m := r.st.Load().hedges
+	if e, ok := m[name]; ok {
+		return e.p, nil
+	}
+	return nil, notFound("hedging policy", name, m)
+}
+
+// CircuitRegistry returns a keyed circuit.Registry whose breakers (one per
+// key: a host, a route) all take the configuration of the breaker named
+// name, and its max_keys. The same *circuit.Registry is returned, with its
+// breakers' state, until a reload changes that breaker's configuration.
+func (r *Registry) CircuitRegistry(name string) (*circuit.Registry, error) {
+	m := r.st.Load().breakers
+	if e, ok := m[name]; ok {
+		return e.keyed()
+	}
+	return nil, notFound("breaker", name, m)
+}
+
+// BulkheadRegistry returns a keyed bulkhead.Registry whose bulkheads (one
+// per key) all take the configuration of the bulkhead named name, and its
+// max_keys. The same *bulkhead.Registry is returned until a reload changes
+// that bulkhead's configuration.
+func (r *Registry) BulkheadRegistry(name string) (*bulkhead.Registry, error) {
+	m := r.st.Load().bulkheads
+	if e, ok := m[name]; ok {
+		return e.keyed()
+	}
+	return nil, notFound("bulkhead", name, m)
+}

@@ -1,0 +1,87 @@
+package watertightotel_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/circuit"
+	watertightotel "github.com/watertight-go/watertight/contrib/watertightotel"
+)
+
+func benchMetrics(b *testing.B) (*watertightotel.Metrics, *sdkmetric.ManualReader) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	m, err := watertightotel.New(watertightotel.Config{MeterProvider: mp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		m.Close()
+		mp.Shutdown(context.Background())
+	})
+	return m, reader
+}
+
+// BenchmarkOnEvent is the cost Metrics adds to each event it counts.
+func BenchmarkOnEvent(b *testing.B) {
+	m, _ := benchMetrics(b)
+	e := watertight.Event{Kind: watertight.EventRejected, Source: "circuit", Name: "payments", Key: "eu.example.com"}
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			m.OnEvent(e)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				m.OnEvent(e)
+			}
+		})
+	})
+}
+
+// BenchmarkLatency is a call through a Latency policy on the SDK.
+func BenchmarkLatency(b *testing.B) {
+	m, _ := benchMetrics(b)
+	pipe := watertight.MustNew(m.Latency("x"))
+	ctx := context.Background()
+	fn := func(context.Context) (int, error) { return 1, nil }
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			watertight.Do(ctx, pipe, fn)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				watertight.Do(ctx, pipe, fn)
+			}
+		})
+	})
+}
+
+// BenchmarkCollect is one collection of a registry of 100 breakers.
+func BenchmarkCollect(b *testing.B) {
+	m, reader := benchMetrics(b)
+	r, _ := circuit.NewRegistry(circuit.RegistryConfig{})
+	for i := range 100 {
+		r.Get(fmt.Sprint("host-", i))
+	}
+	m.AddBreakerRegistry("hosts", r)
+	var rm metricdata.ResourceMetrics
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,167 @@
+package watertightprom_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/budget"
+	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/circuit"
+	watertightprom "github.com/watertight-go/watertight/contrib/watertightprom"
+	"github.com/watertight-go/watertight/deadline"
+	"github.com/watertight-go/watertight/retry"
+	"github.com/watertight-go/watertight/watertighthttp"
+)
+
+func TestEvents(t *testing.T) {
+	c := newCollector(t, watertightprom.Config{})
+	var l watertight.Listener = c
+	emit := func(n int, e watertight.Event) {
+		for range n {
+			watertight.Emit(l, e)
+		}
+	}
+	emit(2, watertight.Event{Kind: watertight.EventStateChange, Source: "circuit", Name: "hosts", Key: "eu", From: "closed", To: "open"})
+	emit(1, watertight.Event{Kind: watertight.EventStateChange, Source: "circuit", Name: "hosts", Key: "eu", From: "open", To: "half-open"})
+	emit(3, watertight.Event{Kind: watertight.EventRetryScheduled, Source: "retry", Name: "payments", Attempt: 1})
+	emit(2, watertight.Event{Kind: watertight.EventRetryScheduled, Source: "http", Name: "payments"}) // adds up with the above
+	emit(1, watertight.Event{Kind: watertight.EventRetryExhausted, Source: "retry", Name: "payments"})
+	emit(1, watertight.Event{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "payments", Err: &retry.SkippedError{Reason: retry.ErrNoTime, Err: errBoom}})
+	emit(1, watertight.Event{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "payments", Reason: retry.ErrNotIdempotent.Error(), Err: errBoom})
+	emit(1, watertight.Event{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "payments", Err: fmt.Errorf("x: %w", budget.ErrExhausted)})
+	emit(1, watertight.Event{Kind: watertight.EventRetrySkipped, Source: "http", Name: "payments", Reason: "no_budget"})
+	emit(1, watertight.Event{Kind: watertight.EventRetrySkipped, Source: "http", Name: "payments", Err: watertighthttp.ErrBodyNotReplayable})
+	emit(1, watertight.Event{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "payments", Reason: "because 42"})
+	// The words package retry and the HTTP Transport put in Reason.
+	emit(1, watertight.Event{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "words", Reason: "not idempotent", Err: errBoom})
+	emit(1, watertight.Event{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "words", Reason: "not enough time left before the deadline", Err: errBoom})
+	emit(1, watertight.Event{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "words", Reason: "retry budget exhausted", Err: errBoom})
+	emit(1, watertight.Event{Kind: watertight.EventRetrySkipped, Source: "http", Name: "words", Reason: "request body cannot be replayed", Err: errBoom})
+	emit(4, watertight.Event{Kind: watertight.EventHedgeSent, Source: "hedge", Name: "search", Attempt: 2})
+	emit(1, watertight.Event{Kind: watertight.EventHedgeWon, Source: "hedge", Name: "search"})
+	emit(2, watertight.Event{Kind: watertight.EventHedgeSuppressed, Source: "hedge", Name: "search", Reason: "budget"})
+	emit(1, watertight.Event{Kind: watertight.EventHedgeSuppressed, Source: "hedge", Name: "search", Reason: "the moon"})
+	emit(2, watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /items", Err: fmt.Errorf("route GET /items: %w", watertighthttp.ErrRouteFull)})
+	emit(1, watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /items", Err: watertighthttp.ErrDisplaced})
+	emit(1, watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /items", Err: watertighthttp.ErrQueueGaveUp})
+	emit(1, watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /items", Err: deadline.ErrTooShort})
+	emit(1, watertight.Event{Kind: watertight.EventShed, Source: "grpc", Name: "api", Key: "GET /items", Reason: "queue_gave_up"})
+	emit(1, watertight.Event{Kind: watertight.EventFallbackUsed, Source: "fallback", Name: "recommendations", Err: errBoom})
+	emit(5, watertight.Event{Kind: watertight.EventRejected, Source: "circuit", Name: "hosts", Key: "eu"})
+	emit(1, watertight.Event{Kind: watertight.EventStateChange, Source: "lab", Name: "machine", From: "a", To: "b"})
+
+	got := scrape(t, c)
+	want(t, got, map[string]float64{
+		`watertight_circuit_transitions_total{from="closed",key="eu",name="hosts",to="open"}`:    2,
+		`watertight_circuit_transitions_total{from="open",key="eu",name="hosts",to="half-open"}`: 1,
+		`watertight_retry_scheduled_total{key="",name="payments"}`:                               5,
+		`watertight_retry_exhausted_total{key="",name="payments"}`:                               1,
+		`watertight_retry_skipped_total{key="",name="payments",reason="no_time"}`:                1,
+		`watertight_retry_skipped_total{key="",name="payments",reason="not_idempotent"}`:         1,
+		`watertight_retry_skipped_total{key="",name="payments",reason="no_budget"}`:              2,
+		`watertight_retry_skipped_total{key="",name="payments",reason="body_not_replayable"}`:    1,
+		`watertight_retry_skipped_total{key="",name="payments",reason="other"}`:                  1,
+		`watertight_retry_skipped_total{key="",name="words",reason="not_idempotent"}`:            1,
+		`watertight_retry_skipped_total{key="",name="words",reason="no_time"}`:                   1,
+		`watertight_retry_skipped_total{key="",name="words",reason="no_budget"}`:                 1,
+		`watertight_retry_skipped_total{key="",name="words",reason="body_not_replayable"}`:       1,
+		`watertight_events_total{event="hedge_sent",name="search",source="hedge"}`:               4,
+		`watertight_events_total{event="hedge_won",name="search",source="hedge"}`:                1,
+		`watertight_events_total{event="hedge_suppressed",name="search",source="hedge"}`:         3,
+		`watertight_shed_total{key="GET /items",name="api",reason="route_full"}`:                 2,
+		`watertight_shed_total{key="GET /items",name="api",reason="displaced"}`:                  1,
+		`watertight_shed_total{key="GET /items",name="api",reason="queue_gave_up"}`:              2,
+		`watertight_shed_total{key="GET /items",name="api",reason="deadline"}`:                   1,
+		`watertight_fallback_used_total{key="",name="recommendations"}`:                          1,
+		`watertight_events_total{event="rejected",name="hosts",source="circuit"}`:                5,
+		`watertight_events_total{event="state_change",name="hosts",source="circuit"}`:            3,
+		`watertight_events_total{event="retry_scheduled",name="payments",source="retry"}`:        3,
+		`watertight_events_total{event="retry_scheduled",name="payments",source="http"}`:         2,
+		`watertight_events_total{event="shed",name="api",source="http"}`:                         5,
+		`watertight_events_total{event="state_change",name="machine",source="lab"}`:              1,
+		`watertight_events_overflow_total{}`:                                                     0,
+	})
+	absent(t, got, `watertight_circuit_transitions_total{from="a"`) // not a breaker
+	absent(t, got, `watertight_hedge_`)                             // hedges come from AddHedge's snapshots
+}
+
+func TestEventSeriesBound(t *testing.T) {
+	c := newCollector(t, watertightprom.Config{MaxEventSeries: 3})
+	for i := range 10 {
+		for range 2 {
+			c.OnEvent(watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: fmt.Sprint("/route", i)})
+		}
+	}
+	got := scrape(t, c)
+	want(t, got, map[string]float64{
+		`watertight_shed_total{key="/route0",name="api",reason="other"}`: 2,
+		`watertight_shed_total{key="/route2",name="api",reason="other"}`: 2,
+		`watertight_events_total{event="shed",name="api",source="http"}`: 6,
+		`watertight_events_overflow_total{}`:                             14,
+	})
+	absent(t, got, `watertight_shed_total{key="/route3"`)
+
+	unbounded := newCollector(t, watertightprom.Config{MaxEventSeries: -1})
+	for i := range 5000 {
+		unbounded.OnEvent(watertight.Event{Kind: watertight.EventShed, Source: "http", Key: fmt.Sprint(i)})
+	}
+	got = scrape(t, unbounded)
+	want(t, got, map[string]float64{
+		`watertight_events_total{event="shed",name="",source="http"}`: 5000,
+		`watertight_events_overflow_total{}`:                          0,
+	})
+}
+
+func TestOnEventAllocatesNothing(t *testing.T) {
+	c := newCollector(t, watertightprom.Config{})
+	events := []watertight.Event{
+		{Kind: watertight.EventRejected, Source: "circuit", Name: "payments", Key: "eu"},
+		{Kind: watertight.EventStateChange, Source: "circuit", Name: "payments", From: "closed", To: "open"},
+		{Kind: watertight.EventShed, Source: "http", Name: "api", Err: watertighthttp.ErrRouteFull},
+		{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "p", Reason: retry.ErrNoTime.Error()},
+	}
+	for _, e := range events {
+		c.OnEvent(e) // first sight of each label set
+		c.OnEvent(e)
+		if n := testing.AllocsPerRun(100, func() { c.OnEvent(e) }); n != 0 {
+			t.Errorf("OnEvent(%v) allocates %v times per call", e.Kind, n)
+		}
+	}
+}
+
+func TestInvalidUTF8Labels(t *testing.T) {
+	c := newCollector(t, watertightprom.Config{})
+	// Keys taken from requests may hold any bytes; two that differ only in
+	// their invalid bytes stay two series.
+	c.OnEvent(watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "/a\xff"})
+	c.OnEvent(watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "/a\xfe"})
+	r, err := bulkhead.NewRegistry(bulkhead.RegistryConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Get("t\xff")
+	c.AddBulkheadRegistry("tenants", r)
+	got := scrape(t, c)
+	want(t, got, map[string]float64{
+		`watertight_shed_total{key="/a\\xff",name="api",reason="other"}`:                   1,
+		`watertight_shed_total{key="/a\\xfe",name="api",reason="other"}`:                   1,
+		`watertight_bulkhead_active{key="t\\xff",kind="semaphore",name="tenants"}`:         0,
+		`watertight_bulkhead_max_concurrent{key="t\\xff",kind="semaphore",name="tenants"}`: 25,
+	})
+}
+
+// labMetrics is what the lab asks of a metrics sink (see the report on the
+// storefront wiring): both adapters provide it.
+type labMetrics interface {
+	AddBreaker(*circuit.Breaker) (remove func())
+	AddBulkhead(*bulkhead.Bulkhead) (remove func())
+	watertight.Listener
+}
+
+var (
+	_ labMetrics           = (*watertightprom.Collector)(nil)
+	_ prometheus.Collector = (*watertightprom.Collector)(nil)
+	_ watertight.Policy    = (*watertightprom.Latency)(nil)
+)
