@@ -45,7 +45,7 @@ func BenchmarkMemoryStoreClaimComplete(b *testing.B) {
 	for b.Loop() {
 		k := strconv.Itoa(i)
 		i++
-		c, err := s.Claim(bg, k, "fp", time.Minute)
+		c, err := s.Claim(bg, k, "fp", time.Minute, time.Hour)
 		if err != nil || c.State != idempotency.Claimed {
 			b.Fatal(c, err)
 		}
@@ -58,11 +58,11 @@ func BenchmarkMemoryStoreClaimComplete(b *testing.B) {
 // A retry: replay a stored 256-byte result.
 func BenchmarkMemoryStoreReplay(b *testing.B) {
 	s, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
-	c, _ := s.Claim(bg, "k", "fp", time.Minute)
+	c, _ := s.Claim(bg, "k", "fp", time.Minute, time.Hour)
 	_ = s.Complete(bg, "k", c.Token, idempotency.Record{Status: 200, Body: make([]byte, 256)}, time.Hour)
 	b.ReportAllocs()
 	for b.Loop() {
-		if c, _ := s.Claim(bg, "k", "fp", time.Minute); c.State != idempotency.Completed {
+		if c, _ := s.Claim(bg, "k", "fp", time.Minute, time.Hour); c.State != idempotency.Completed {
 			b.Fatal(c.State)
 		}
 	}
@@ -76,7 +76,7 @@ func BenchmarkMemoryStoreClaimCompleteParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			k := fmt.Sprint(n.Add(1))
-			c, err := s.Claim(bg, k, "fp", time.Minute)
+			c, err := s.Claim(bg, k, "fp", time.Minute, time.Hour)
 			if err != nil || c.State != idempotency.Claimed {
 				b.Fatal(c, err)
 			}

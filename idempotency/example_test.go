@@ -21,7 +21,7 @@ func Example() {
 
 	charges := 0
 	serve := func() string {
-		c, err := store.Claim(ctx, "tenant-42/"+key, fp, 30*time.Second)
+		c, err := store.Claim(ctx, "tenant-42/"+key, fp, 30*time.Second, time.Hour)
 		if err != nil {
 			return "503: store unavailable, safe to retry"
 		}

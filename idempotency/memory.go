@@ -160,7 +160,7 @@ func (s *MemoryStore) lock(now time.Time) {
 // Claim implements Store. It fails with ErrFull (wrapped) when the store is
 // full of in-flight claims, and with an error for an empty key or a lockTTL
 // that is not positive.
-func (s *MemoryStore) Claim(ctx context.Context, key, fp string, lockTTL time.Duration) (Claim, error) {
+func (s *MemoryStore) Claim(ctx context.Context, key, fp string, lockTTL, ttl time.Duration) (Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return Claim{}, err
 	}

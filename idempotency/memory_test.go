@@ -45,7 +45,7 @@ var bg = context.Background()
 
 func mustClaim(t *testing.T, s idempotency.Store, key string, lockTTL time.Duration) string {
 	t.Helper()
-	c, err := s.Claim(bg, key, "fp-"+key, lockTTL)
+	c, err := s.Claim(bg, key, "fp-"+key, lockTTL, time.Hour)
 	if err != nil || c.State != idempotency.Claimed {
 		t.Fatalf("Claim(%q) = %+v, %v; want claimed", key, c, err)
 	}
@@ -61,7 +61,7 @@ func mustComplete(t *testing.T, s idempotency.Store, key, tok string, body strin
 
 func state(t *testing.T, s idempotency.Store, key string) idempotency.ClaimState {
 	t.Helper()
-	c, err := s.Claim(bg, key, "fp-"+key, time.Hour)
+	c, err := s.Claim(bg, key, "fp-"+key, time.Hour, time.Hour)
 	if err != nil {
 		t.Fatalf("Claim(%q): %v", key, err)
 	}
@@ -79,7 +79,7 @@ func TestMemoryStoreExpiryOnTheClock(t *testing.T) {
 			t.Fatalf("just before lockTTL: %v, want in flight", st)
 		}
 		time.Sleep(time.Nanosecond)
-		c, err := s.Claim(bg, "k", "fp-k", time.Minute)
+		c, err := s.Claim(bg, "k", "fp-k", time.Minute, time.Hour)
 		if err != nil || c.State != idempotency.Claimed || c.Token == tok {
 			t.Fatalf("at lockTTL: %+v, %v; want a new claim", c, err)
 		}
@@ -139,13 +139,13 @@ func TestMemoryStoreMaxEntries(t *testing.T) {
 		if st := s.Stats(); st.Evicted != 1 || st.Entries != 4 || st.Claims != 3 {
 			t.Fatalf("after one eviction: %+v", st)
 		}
-		c, _ := s.Claim(bg, "r2", "fp-r2", time.Hour)
+		c, _ := s.Claim(bg, "r2", "fp-r2", time.Hour, time.Hour)
 		if c.State != idempotency.Completed || string(c.Record.Body) != "2" {
 			t.Fatalf("r2 = %+v; the newer result must stay", c)
 		}
 		mustClaim(t, s, "c4", time.Hour) // evicts r2
 		// Full of claims: refused, clearly, and nothing in flight is lost.
-		_, err := s.Claim(bg, "c5", "fp", time.Hour)
+		_, err := s.Claim(bg, "c5", "fp", time.Hour, time.Hour)
 		if !errors.Is(err, idempotency.ErrFull) || !watertight.IsSaturation(err) || !strings.Contains(err.Error(), "in-flight claims") {
 			t.Fatalf("Claim into a store full of claims = %v; want ErrFull saying why", err)
 		}
@@ -219,10 +219,10 @@ func TestMemoryStoreCompleteFullOfClaims(t *testing.T) {
 
 func TestMemoryStoreArguments(t *testing.T) {
 	s := newMemory(t, idempotency.MemoryConfig{MaxEntries: -1, MaxBytes: -1})
-	if _, err := s.Claim(bg, "", "fp", time.Second); err == nil || !strings.Contains(err.Error(), "key is empty") {
+	if _, err := s.Claim(bg, "", "fp", time.Second, time.Hour); err == nil || !strings.Contains(err.Error(), "key is empty") {
 		t.Fatalf("Claim of an empty key = %v", err)
 	}
-	if _, err := s.Claim(bg, "k", "fp", 0); err == nil || !strings.Contains(err.Error(), "lockTTL must be > 0") {
+	if _, err := s.Claim(bg, "k", "fp", 0, time.Hour); err == nil || !strings.Contains(err.Error(), "lockTTL must be > 0") {
 		t.Fatalf("Claim with lockTTL 0 = %v", err)
 	}
 	tok := mustClaim(t, s, "k", time.Second)
@@ -242,13 +242,13 @@ func TestMemoryStoreArguments(t *testing.T) {
 // fingerprint is the claim's when Complete gives none.
 func TestMemoryStoreRecordRoundTrip(t *testing.T) {
 	s := newMemory(t, idempotency.MemoryConfig{})
-	c, _ := s.Claim(bg, "k", "fp", time.Hour)
+	c, _ := s.Claim(bg, "k", "fp", time.Hour, time.Hour)
 	created := time.Now()
 	rec := idempotency.Record{Status: 201, Header: http.Header{"A": {"1", "2"}}, Body: []byte{0, 1, 2}, Created: created}
 	if err := s.Complete(bg, "k", c.Token, rec, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	c, _ = s.Claim(bg, "k", "other", time.Hour)
+	c, _ = s.Claim(bg, "k", "other", time.Hour, time.Hour)
 	if c.State != idempotency.Completed || c.Fingerprint != "fp" || c.Record.Fingerprint != "fp" || !c.Record.Created.Equal(created) ||
 		c.Record.Status != 201 || len(c.Record.Header["A"]) != 2 || string(c.Record.Body) != "\x00\x01\x02" {
 		t.Fatalf("replay = %+v / %+v", c, c.Record)
@@ -268,7 +268,7 @@ func TestMemoryStoreStress(t *testing.T) {
 			for i := range ops {
 				k := (i*7 + w) % keys
 				key := fmt.Sprint("k", k)
-				c, err := s.Claim(bg, key, "fp", time.Hour)
+				c, err := s.Claim(bg, key, "fp", time.Hour, time.Hour)
 				if err != nil {
 					if errors.Is(err, idempotency.ErrFull) {
 						continue

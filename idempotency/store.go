@@ -19,9 +19,24 @@ const (
 	InFlight
 	// Completed: a result is stored for the key; Claim.Record holds it.
 	Completed
+	// Unknown: the key was claimed and its operation may have run, but no
+	// result was stored — the claim's lock TTL passed before Complete or
+	// Release (the process died, or the store failed while the result was
+	// being saved). The key is not handed to a new execution: it stays
+	// Unknown until the ttl given to Claim has passed since the claim.
+	// Adapters answer it with an error that says the request may have been
+	// applied and that the caller must check before sending it again with a
+	// new key.
+	Unknown
+	// Forgotten: a result was stored for the key but the store dropped it
+	// before its TTL to make room (MemoryStore's eviction), keeping only the
+	// fact that the key ran. The key is not run again; adapters answer that
+	// the key is too old to be replayed.
+	Forgotten
 )
 
-// String returns "claimed", "in_flight" or "completed".
+// String returns "claimed", "in_flight", "completed", "unknown" or
+// "forgotten".
 func (s ClaimState) String() string {
 	switch s {
 	case Claimed:
@@ -30,6 +45,10 @@ func (s ClaimState) String() string {
 		return "in_flight"
 	case Completed:
 		return "completed"
+	case Unknown:
+		return "unknown"
+	case Forgotten:
+		return "forgotten"
 	}
 	return "unknown"
 }
@@ -85,19 +104,25 @@ type Claim struct {
 // concurrent use, and every operation must be atomic with respect to the
 // others — across processes, for a shared store such as Redis.
 type Store interface {
-	// Claim looks key up and, when it is free or its claim has expired,
-	// claims it for a new execution of the request with fingerprint fp.
-	// The claim expires after lockTTL unless completed or released first,
-	// so a process that dies while holding it does not hold it forever.
-	Claim(ctx context.Context, key, fp string, lockTTL time.Duration) (Claim, error)
+	// Claim looks key up and, when it is free, claims it for a new
+	// execution of the request with fingerprint fp. The claim's lock lasts
+	// lockTTL: if it is neither completed nor released by then (the
+	// process died, the store failed while the result was saved), the key
+	// becomes Unknown — the operation may have run — and is answered so,
+	// never claimed again, until ttl has passed since the claim (ttl is the
+	// result TTL, at least lockTTL). A key is free again only when it was
+	// never claimed, was released, or its ttl is over.
+	Claim(ctx context.Context, key, fp string, lockTTL, ttl time.Duration) (Claim, error)
 	// Complete stores rec as the result for key, kept for ttl, if token
 	// still owns the claim; otherwise it returns ErrNotOwner and stores
 	// nothing.
 	Complete(ctx context.Context, key, token string, rec Record, ttl time.Duration) error
-	// Release gives the claim up without a result (the operation failed in
-	// a way that is safe to retry, or its result could not be stored), so
-	// the next request with the key runs. It returns ErrNotOwner if token
-	// no longer owns the claim.
+	// Release gives the claim up without a result, so the next request
+	// with the key runs. Callers release only a claim whose operation is
+	// known not to have done anything that must not be done twice (it was
+	// refused before it started); once the operation may have run, its key
+	// is completed or left to become Unknown, never released. It returns
+	// ErrNotOwner if token no longer owns the claim.
 	Release(ctx context.Context, key, token string) error
 }
 

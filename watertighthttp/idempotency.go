@@ -495,7 +495,7 @@ func (h *idemHandler) readBody(r *http.Request) ([]byte, error) {
 func (h *idemHandler) claim(ctx context.Context, skey, fp string) (idempotency.Claim, error) {
 	ctx, cancel := h.storeCtx(ctx)
 	defer cancel()
-	return h.store.Claim(ctx, skey, fp, h.lockTTL)
+	return h.store.Claim(ctx, skey, fp, h.lockTTL, h.ttl)
 }
 
 // waitInFlight polls the store, with exponential backoff and jitter (5ms

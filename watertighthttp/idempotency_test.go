@@ -207,8 +207,8 @@ type spyStore struct {
 	claimed func(idempotency.Claim)
 }
 
-func (s *spyStore) Claim(ctx context.Context, key, fp string, lockTTL time.Duration) (idempotency.Claim, error) {
-	c, err := s.Store.Claim(ctx, key, fp, lockTTL)
+func (s *spyStore) Claim(ctx context.Context, key, fp string, lockTTL, ttl time.Duration) (idempotency.Claim, error) {
+	c, err := s.Store.Claim(ctx, key, fp, lockTTL, ttl)
 	if err == nil && s.claimed != nil {
 		s.claimed(c)
 	}
@@ -223,12 +223,12 @@ type brokenStore struct {
 	claims, releases                  atomic.Int64
 }
 
-func (s *brokenStore) Claim(ctx context.Context, key, fp string, lockTTL time.Duration) (idempotency.Claim, error) {
+func (s *brokenStore) Claim(ctx context.Context, key, fp string, lockTTL, ttl time.Duration) (idempotency.Claim, error) {
 	s.claims.Add(1)
 	if s.claimErr != nil {
 		return idempotency.Claim{}, s.claimErr
 	}
-	return s.Store.Claim(ctx, key, fp, lockTTL)
+	return s.Store.Claim(ctx, key, fp, lockTTL, ttl)
 }
 
 func (s *brokenStore) Complete(ctx context.Context, key, token string, rec idempotency.Record, ttl time.Duration) error {
@@ -537,7 +537,7 @@ func TestIdempotencyDeadOwnerExpires(t *testing.T) {
 				}), IdempotencyConfig{Store: store, LockTTL: 10 * time.Second, WaitInFlight: wait, MaxWait: 30 * time.Second})
 				// A process claimed the key and died.
 				fp := idempotency.Fingerprint(http.MethodPost, "/charges", []byte("x"))
-				if c, err := store.Claim(context.Background(), idempotency.ScopedKey("", "k"), fp, 10*time.Second); err != nil || c.State != idempotency.Claimed {
+				if c, err := store.Claim(context.Background(), idempotency.ScopedKey("", "k"), fp, 10*time.Second, time.Hour); err != nil || c.State != idempotency.Claimed {
 					t.Fatal(c, err)
 				}
 				serve := func() int {

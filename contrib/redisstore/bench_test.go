@@ -21,7 +21,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			key := fmt.Sprint("k", n.Add(1))
-			c, err := s.Claim(ctx, key, "fp", time.Minute)
+			c, err := s.Claim(ctx, key, "fp", time.Minute, time.Hour)
 			if err != nil || c.State != idempotency.Claimed {
 				b.Fatalf("%+v %v", c, err)
 			}
@@ -37,7 +37,7 @@ func BenchmarkClaimComplete(b *testing.B) {
 func BenchmarkReplay(b *testing.B) {
 	s := newStore(b, sharedClient(b))
 	ctx := context.Background()
-	c, err := s.Claim(ctx, "k", "fp", time.Minute)
+	c, err := s.Claim(ctx, "k", "fp", time.Minute, time.Hour)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			c, err := s.Claim(ctx, "k", "fp", time.Minute)
+			c, err := s.Claim(ctx, "k", "fp", time.Minute, time.Hour)
 			if err != nil || c.State != idempotency.Completed {
 				b.Fatalf("%+v %v", c, err)
 			}

@@ -93,7 +93,7 @@ func TestConformanceCluster(t *testing.T) {
 	s := newStoreWithPrefix(t, client, "watertight-test:spread:")
 	ctx := context.Background()
 	for i := range 60 {
-		if _, err := s.Claim(ctx, "key-"+strconv.Itoa(i), "fp", time.Minute); err != nil {
+		if _, err := s.Claim(ctx, "key-"+strconv.Itoa(i), "fp", time.Minute, time.Hour); err != nil {
 			t.Fatalf("Claim key-%d: %v", i, err)
 		}
 	}

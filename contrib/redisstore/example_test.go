@@ -39,7 +39,7 @@ func Example() {
 
 	ctx := context.Background()
 	key, fp := "tenant-42/7f3c9a", "POST /payments sha256:…" // scoped key, request fingerprint
-	c, err := store.Claim(ctx, key, fp, 30*time.Second)
+	c, err := store.Claim(ctx, key, fp, 30*time.Second, time.Hour)
 	if err != nil {
 		log.Fatal(err) // fail closed: run nothing, answer 503, the client retries with the key
 	}

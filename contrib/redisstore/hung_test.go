@@ -51,7 +51,7 @@ func TestRedisHung(t *testing.T) {
 		var err error
 		switch name {
 		case "Claim":
-			_, err = ctxStore.Claim(dctx, "new", "fp", lockTTL)
+			_, err = ctxStore.Claim(dctx, "new", "fp", lockTTL, time.Hour)
 		case "Complete":
 			err = ctxStore.Complete(dctx, "held", held.Token, sampleRecord("fp"), ttl)
 		case "Release":
@@ -65,14 +65,14 @@ func TestRedisHung(t *testing.T) {
 	srv.signal(syscall.SIGCONT)
 
 	eventually(t, 10*time.Second, "the store did not recover after Redis resumed", func() bool {
-		_, err := s.Claim(ctx, "probe", "fp", lockTTL)
+		_, err := s.Claim(ctx, "probe", "fp", lockTTL, time.Hour)
 		return err == nil
 	})
 	// Redis kept its keys. The Complete sent while it was stopped timed out
 	// on our side but may still have reached Redis and run when it resumed
 	// (an error from a store call means "outcome unknown", as for any call
 	// over a network): the key is still held or completed, never free.
-	if c, err := s.Claim(ctx, "held", "fp", lockTTL); err != nil || c.State == idempotency.Claimed {
+	if c, err := s.Claim(ctx, "held", "fp", lockTTL, time.Hour); err != nil || c.State == idempotency.Claimed {
 		t.Fatalf("the key held before the hang: %+v, %v; want it still held or completed", c, err)
 	}
 	c := mustClaim(t, s, "after", "fp", lockTTL, idempotency.Claimed)

@@ -44,7 +44,7 @@ func TestRedisKilled(t *testing.T) {
 				}
 				key := fmt.Sprintf("traffic-%d-%d", w, i)
 				start := time.Now()
-				c, err := s.Claim(ctx, key, "fp", lockTTL)
+				c, err := s.Claim(ctx, key, "fp", lockTTL, time.Hour)
 				if err == nil && c.State == idempotency.Claimed {
 					err = s.Complete(ctx, key, c.Token, sampleRecord("fp"), ttl)
 				}
@@ -93,7 +93,7 @@ func TestRedisKilled(t *testing.T) {
 	// kept nothing (no persistence), so the old keys are free.
 	for _, s := range []idempotency.Store{sa, sb} {
 		eventually(t, 10*time.Second, "the store did not recover after Redis restarted", func() bool {
-			_, err := s.Claim(ctx, "probe", "fp", lockTTL)
+			_, err := s.Claim(ctx, "probe", "fp", lockTTL, time.Hour)
 			return err == nil
 		})
 	}

@@ -108,7 +108,7 @@ func failsPromptly(t *testing.T, what string, s idempotency.Store, token string)
 		op   func() error
 	}{
 		{"Claim", func() error {
-			c, err := s.Claim(ctx, "new", "fp", lockTTL)
+			c, err := s.Claim(ctx, "new", "fp", lockTTL, time.Hour)
 			if err == nil {
 				t.Fatalf("%s: Claim returned %+v", what, c)
 			}

@@ -257,7 +257,7 @@ func TestSentinelFailover(t *testing.T) {
 	probe := func() error {
 		probes++
 		start := time.Now()
-		_, err := s.Claim(ctx, "probe-"+strconv.Itoa(probes), "fp", lockTTL)
+		_, err := s.Claim(ctx, "probe-"+strconv.Itoa(probes), "fp", lockTTL, time.Hour)
 		took := time.Since(start)
 		if took > prompt {
 			t.Errorf("a Claim took %v during the failover, want under %v", took, prompt)

@@ -142,7 +142,7 @@ return 0
 // record (Completed). A stored value it cannot decode gives an error that
 // wraps ErrCorrupt. key must not be empty and lockTTL must be positive;
 // Redis keeps it in milliseconds, rounded down, and at least 1 ms.
-func (s *Store) Claim(ctx context.Context, key, fp string, lockTTL time.Duration) (idempotency.Claim, error) {
+func (s *Store) Claim(ctx context.Context, key, fp string, lockTTL, ttl time.Duration) (idempotency.Claim, error) {
 	if key == "" {
 		return idempotency.Claim{}, errors.New("redisstore: Claim key must not be empty")
 	}

@@ -57,7 +57,7 @@ func sameRecord(t *testing.T, got *idempotency.Record, want idempotency.Record) 
 
 func mustClaim(t *testing.T, s idempotency.Store, key, fp string, lock time.Duration, want idempotency.ClaimState) idempotency.Claim {
 	t.Helper()
-	c, err := s.Claim(context.Background(), key, fp, lock)
+	c, err := s.Claim(context.Background(), key, fp, lock, time.Hour)
 	if err != nil {
 		t.Fatalf("Claim(%q): %v", key, err)
 	}
@@ -92,10 +92,10 @@ func TestArgumentsCheckedLocally(t *testing.T) {
 	defer c.Close()
 	s, _ := redisstore.New(c, redisstore.Config{})
 	ctx := context.Background()
-	if _, err := s.Claim(ctx, "", "fp", lockTTL); err == nil || !strings.Contains(err.Error(), "key") {
+	if _, err := s.Claim(ctx, "", "fp", lockTTL, time.Hour); err == nil || !strings.Contains(err.Error(), "key") {
 		t.Fatalf("Claim with an empty key: err = %v", err)
 	}
-	if _, err := s.Claim(ctx, "k", "fp", 0); err == nil || !strings.Contains(err.Error(), "lockTTL") {
+	if _, err := s.Claim(ctx, "k", "fp", 0, time.Hour); err == nil || !strings.Contains(err.Error(), "lockTTL") {
 		t.Fatalf("Claim with lockTTL 0: err = %v", err)
 	}
 	if err := s.Complete(ctx, "k", strings.Repeat("a", 32), idempotency.Record{}, -time.Second); err == nil || !strings.Contains(err.Error(), "ttl") {
@@ -227,7 +227,7 @@ func TestLockExpiryAndTakeover(t *testing.T) {
 
 	var taken idempotency.Claim
 	eventually(t, 5*time.Second, "the expired claim was not taken over", func() bool {
-		c, err := s.Claim(ctx, "k", "fp", lockTTL)
+		c, err := s.Claim(ctx, "k", "fp", lockTTL, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -262,7 +262,7 @@ func TestRecordExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Still there, unless a busy machine let its TTL pass already.
-	c, err := s.Claim(ctx, "k", "fp", lockTTL)
+	c, err := s.Claim(ctx, "k", "fp", lockTTL, time.Hour)
 	switch {
 	case err != nil:
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func TestRecordExpiry(t *testing.T) {
 		t.Fatalf("just after Complete: %+v; want the record", c)
 	}
 	eventually(t, 5*time.Second, "the record did not expire", func() bool {
-		c, err := s.Claim(ctx, "k", "fp", lockTTL)
+		c, err := s.Claim(ctx, "k", "fp", lockTTL, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +303,7 @@ func TestConcurrentClaimsAcrossInstances(t *testing.T) {
 		for i := range perKey {
 			wg.Go(func() {
 				<-start
-				c, err := stores[i%2].Claim(ctx, fmt.Sprint("key-", k), "fp", lockTTL)
+				c, err := stores[i%2].Claim(ctx, fmt.Sprint("key-", k), "fp", lockTTL, time.Hour)
 				results[k][i] = result{c, err}
 			})
 		}
@@ -339,7 +339,7 @@ func TestConcurrentClaimsAcrossInstances(t *testing.T) {
 	for k := range keys {
 		for i := range perKey {
 			wg.Go(func() {
-				c, err := stores[i%2].Claim(ctx, fmt.Sprint("key-", k), "fp", lockTTL)
+				c, err := stores[i%2].Claim(ctx, fmt.Sprint("key-", k), "fp", lockTTL, time.Hour)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil || c.State != idempotency.Completed {
@@ -368,7 +368,7 @@ func TestCompleteRacesTakeover(t *testing.T) {
 		old := mustClaim(t, sa, key, "fp", time.Millisecond, idempotency.Claimed)
 		var cur idempotency.Claim
 		eventually(t, 5*time.Second, "claim did not expire", func() bool {
-			c, err := sb.Claim(ctx, key, "fp", lockTTL)
+			c, err := sb.Claim(ctx, key, "fp", lockTTL, time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -414,7 +414,7 @@ func TestCorruptValue(t *testing.T) {
 		if err := client.Set(ctx, s.Key("bad"), tc.value, time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
-		_, err := s.Claim(ctx, "bad", "fp", lockTTL)
+		_, err := s.Claim(ctx, "bad", "fp", lockTTL, time.Hour)
 		if !errors.Is(err, redisstore.ErrCorrupt) || !strings.Contains(err.Error(), tc.want) ||
 			!strings.Contains(err.Error(), s.Key("bad")) {
 			t.Fatalf("value %q: err = %v, want ErrCorrupt naming the key and saying %q", tc.value, err, tc.want)
@@ -427,7 +427,7 @@ func TestCorruptValue(t *testing.T) {
 	// A key of another Redis type: Redis's own error comes back.
 	client.Del(ctx, s.Key("bad"))
 	client.HSet(ctx, s.Key("bad"), "f", "v")
-	if _, err := s.Claim(ctx, "bad", "fp", lockTTL); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+	if _, err := s.Claim(ctx, "bad", "fp", lockTTL, time.Hour); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 		t.Fatalf("hash at the key: err = %v, want Redis's WRONGTYPE", err)
 	}
 }
@@ -468,7 +468,7 @@ func TestCanceledContext(t *testing.T) {
 	s := newStore(t, sharedClient(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.Claim(ctx, "k", "fp", lockTTL); !errors.Is(err, context.Canceled) {
+	if _, err := s.Claim(ctx, "k", "fp", lockTTL, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim with a canceled context: err = %v, want context.Canceled", err)
 	}
 }

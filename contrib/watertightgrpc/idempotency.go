@@ -593,7 +593,7 @@ func (h *idemServer) storeFailed(ctx context.Context, req any, method string, ha
 func (h *idemServer) claim(ctx context.Context, skey, fp string) (idempotency.Claim, error) {
 	ctx, cancel := h.storeCtx(ctx)
 	defer cancel()
-	return h.store.Claim(ctx, skey, fp, h.lockTTL)
+	return h.store.Claim(ctx, skey, fp, h.lockTTL, h.ttl)
 }
 
 // waitInFlight polls the store, with exponential backoff and jitter (5ms

@@ -132,7 +132,7 @@ type stubStore struct {
 	released  int
 }
 
-func (s *stubStore) Claim(_ context.Context, _, fp string, _ time.Duration) (idempotency.Claim, error) {
+func (s *stubStore) Claim(_ context.Context, _, fp string, _, _ time.Duration) (idempotency.Claim, error) {
 	if s.claim == nil {
 		return idempotency.Claim{State: idempotency.Claimed, Token: "t", Fingerprint: fp}, nil
 	}

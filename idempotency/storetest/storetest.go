@@ -115,7 +115,7 @@ func (s *suite) claim(key, fp string, lockTTL time.Duration) idempotency.Claim {
 	s.t.Helper()
 	ctx, cancel := s.ctx()
 	defer cancel()
-	c, err := s.store.Claim(ctx, key, fp, lockTTL)
+	c, err := s.store.Claim(ctx, key, fp, lockTTL, time.Hour)
 	if err != nil {
 		s.t.Fatalf("Claim(%q): %v", key, err)
 	}
@@ -440,7 +440,7 @@ func (s *suite) race(key, fp string, lockTTL time.Duration) int {
 			ctx, cancel := s.ctx()
 			defer cancel()
 			<-start
-			states[i], errs[i] = s.store.Claim(ctx, key, fp, lockTTL)
+			states[i], errs[i] = s.store.Claim(ctx, key, fp, lockTTL, time.Hour)
 		})
 	}
 	close(start)
@@ -506,7 +506,7 @@ func (s *suite) concurrentManyKeys() {
 			kk := i % keys
 			key, fp := s.key(fmt.Sprint(kk)), fmt.Sprint("fp-", kk)
 			<-start
-			c, err := s.store.Claim(ctx, key, fp, long)
+			c, err := s.store.Claim(ctx, key, fp, long, time.Hour)
 			if err == nil && c.State == idempotency.Claimed {
 				err = s.store.Complete(ctx, key, c.Token, record(fp, 200, key), long)
 			}
@@ -553,7 +553,7 @@ func (s *suite) claimsRacingComplete() {
 			defer cancel()
 			for {
 				after := completed.Load()
-				c, err := s.store.Claim(ctx, k, "fp", long)
+				c, err := s.store.Claim(ctx, k, "fp", long, time.Hour)
 				switch {
 				case err != nil:
 					errs <- err
@@ -588,7 +588,7 @@ func (s *suite) canceledContext() {
 	k := s.key("k")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := s.store.Claim(ctx, k, "fp", long); err == nil {
+	if _, err := s.store.Claim(ctx, k, "fp", long, time.Hour); err == nil {
 		s.t.Fatalf("Claim with a canceled context succeeded; want an error")
 	}
 	// It did not take the key.
