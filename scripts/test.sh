@@ -14,6 +14,7 @@ fuzztime=${FUZZTIME:-5s}
 
 redis_pid=""
 redis_dir=""
+redis_note="" # what the summary says of the Redis tests when they did not run
 stop_redis() {
 	if [ -n "$redis_pid" ]; then
 		kill "$redis_pid" 2>/dev/null || true
@@ -83,11 +84,13 @@ if [ -n "${WATERTIGHT_REDIS_ADDR:-}" ]; then
 elif command -v redis-server >/dev/null; then
 	if ! start_redis; then
 		echo "could not start redis-server: the Redis store tests will be skipped (or fail under WATERTIGHT_REQUIRE_REDIS=1)" >&2
+		redis_note="the Redis store tests (redis-server did not start)"
 	fi
 elif [ "${WATERTIGHT_REQUIRE_REDIS:-}" = 1 ]; then
 	echo "== redis-server is not installed and WATERTIGHT_REDIS_ADDR is unset, but" \
 		"WATERTIGHT_REQUIRE_REDIS=1: the Redis store tests (contrib/redisstore) will fail" >&2
 else
+	redis_note="the Redis store tests (redis-server is not installed)"
 	echo "== note: redis-server is not installed and WATERTIGHT_REDIS_ADDR is unset:" \
 		"the Redis store tests (contrib/redisstore) will be skipped" \
 		"(install Debian's redis-server, or set WATERTIGHT_REDIS_ADDR=host:port)"
@@ -96,10 +99,12 @@ fi
 # Every module in the repository (the root and the nested ones).
 mapfile -t modules < <(find . -name go.mod -not -path '*/testdata/*' -printf '%h\n' | sort)
 
+start=$SECONDS
 for m in "${modules[@]}"; do
 	echo "== go test -race ./... in $m"
 	(cd "$m" && go test -race -count=1 ./...)
 done
+tests_took=$((SECONDS - start))
 
 # fuzz_one fuzzes target $2 of package $1 for $fuzztime. Go's fuzzing
 # coordinator can end a run that found nothing with a bare "context deadline
@@ -131,14 +136,17 @@ fuzz_one() {
 	done
 }
 
+fuzzed=0
+start=$SECONDS
 for m in "${modules[@]}"; do
-	(
-		cd "$m"
-		for pkg in $(go list ./...); do
-			for f in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
-				fuzz_one "$pkg" "$f"
-			done
+	cd "$m"
+	for pkg in $(go list ./...); do
+		for f in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+			fuzz_one "$pkg" "$f"
+			fuzzed=$((fuzzed + 1))
 		done
-	)
+	done
+	cd - >/dev/null
 done
-echo "== all tests passed"
+fuzz_took=$((SECONDS - start))
+echo "== all tests passed: go test -race in ${#modules[@]} modules (${tests_took}s), then $fuzzed fuzz targets for $fuzztime each (${fuzz_took}s); skipped: ${redis_note:-nothing}"
