@@ -20,7 +20,7 @@ import (
 // caller of signal.Notify still catches it. A long-running command uses it
 // as:
 //
-//	stop := config.WatchSIGHUP(ctx, reg, path, func(ch config.Changes, err error) {
+//	stop := watertightconfig.WatchSIGHUP(ctx, reg, path, func(ch watertightconfig.Changes, err error) {
 //		if err != nil {
 //			log.Printf("config: reload refused, keeping the old one:\n%v", err)
 //			return
