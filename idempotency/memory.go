@@ -74,8 +74,10 @@ func DefaultMemoryConfig() MemoryConfig {
 // the bounds for the peak rate of keyed requests times the result TTL (see
 // Stats for the evictions).
 //
-// Claims expire lockTTL after they were taken, results ttl after they were
-// stored, by time.Now (so testing/synctest's fake clock drives it).
+// A claim's lock expires lockTTL after it was taken: the key then reads
+// Unknown (kept, never claimed again) until the claim's ttl has passed since
+// it was taken. Results expire ttl after they were stored. Time is read with
+// time.Now (so testing/synctest's fake clock drives it).
 // Expired entries are removed by the operations themselves, oldest expiry
 // first, at a logarithmic cost per entry: the store starts no goroutine and
 // needs no Close.
@@ -107,13 +109,18 @@ type MemoryStore struct {
 type entry struct {
 	key     string
 	fp      string
-	token   string // the claim's token; "" once completed
+	token   string // the claim's token; "" once completed or unknown
 	rec     *Record
 	expires time.Time
 	size    int64
 	index   int    // in the expiry heap
 	prev    *entry // results list
 	next    *entry
+
+	// keepUntil is the claim's time plus its ttl: when the claim's lock
+	// expires before that, the entry becomes unknown until keepUntil.
+	keepUntil time.Time
+	unknown   bool // the claim's lock expired: its outcome is unknown
 }
 
 // NewMemoryStore returns a MemoryStore for cfg. Negative fields mean no
@@ -145,14 +152,23 @@ func (s *MemoryStore) init(cfg MemoryConfig) {
 }
 
 // lock takes the mutex, sets up a zero store, and removes the entries
-// expired at now.
+// expired at now — except a claim whose lock expired before its ttl: it
+// becomes unknown (kept, never claimed again) until the claim's ttl is over.
 func (s *MemoryStore) lock(now time.Time) {
 	s.mu.Lock()
 	if !s.ready {
 		s.init(MemoryConfig{})
 	}
 	for len(s.expiry) > 0 && !now.Before(s.expiry[0].expires) {
-		s.removeLocked(s.expiry[0])
+		e := s.expiry[0]
+		if e.token != "" && now.Before(e.keepUntil) {
+			e.token, e.unknown = "", true
+			e.expires = e.keepUntil
+			heap.Fix(&s.expiry, e.index)
+			s.claims--
+			continue
+		}
+		s.removeLocked(e)
 		s.expired++
 	}
 }
@@ -174,6 +190,9 @@ func (s *MemoryStore) Claim(ctx context.Context, key, fp string, lockTTL, ttl ti
 	s.lock(now)
 	if e := s.m[key]; e != nil {
 		c := Claim{State: InFlight, Fingerprint: e.fp}
+		if e.unknown {
+			c.State = Unknown
+		}
 		rec := e.rec
 		s.mu.Unlock()
 		if rec != nil {
@@ -190,7 +209,7 @@ func (s *MemoryStore) Claim(ctx context.Context, key, fp string, lockTTL, ttl ti
 		return Claim{}, fmt.Errorf("%w: all %d entries are in-flight claims, and claims are never evicted; retry later, or raise MemoryConfig.MaxEntries or MaxBytes", ErrFull, n)
 	}
 	s.tokens++
-	e := &entry{key: key, fp: fp, token: strconv.FormatUint(s.tokens, 10), expires: now.Add(lockTTL), size: size}
+	e := &entry{key: key, fp: fp, token: strconv.FormatUint(s.tokens, 10), expires: now.Add(lockTTL), keepUntil: now.Add(ttl), size: size}
 	s.m[key] = e
 	heap.Push(&s.expiry, e)
 	s.bytes += size
@@ -285,6 +304,9 @@ func (s *MemoryStore) removeLocked(e *entry) {
 	delete(s.m, e.key)
 	heap.Remove(&s.expiry, e.index)
 	s.bytes -= e.size
+	if e.unknown {
+		return
+	}
 	if e.token != "" {
 		s.claims--
 		return

@@ -68,23 +68,32 @@ func state(t *testing.T, s idempotency.Store, key string) idempotency.ClaimState
 	return c.State
 }
 
-// Claims expire exactly lockTTL after they were taken, results ttl after
-// they were stored, on the (fake) clock.
+// Claims' locks expire exactly lockTTL after they were taken (the key is
+// then Unknown until the claim's ttl), results ttl after they were stored, on
+// the (fake) clock.
 func TestMemoryStoreExpiryOnTheClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newMemory(t, idempotency.MemoryConfig{})
-		tok := mustClaim(t, s, "k", 30*time.Second)
+		tok := mustClaim(t, s, "k", 30*time.Second) // ttl: an hour
 		time.Sleep(30*time.Second - time.Nanosecond)
 		if st := state(t, s, "k"); st != idempotency.InFlight {
 			t.Fatalf("just before lockTTL: %v, want in flight", st)
 		}
 		time.Sleep(time.Nanosecond)
-		c, err := s.Claim(bg, "k", "fp-k", time.Minute, time.Hour)
-		if err != nil || c.State != idempotency.Claimed || c.Token == tok {
-			t.Fatalf("at lockTTL: %+v, %v; want a new claim", c, err)
+		if st := state(t, s, "k"); st != idempotency.Unknown {
+			t.Fatalf("at lockTTL: %v, want unknown", st)
 		}
 		if err := s.Complete(bg, "k", tok, idempotency.Record{}, time.Hour); !errors.Is(err, idempotency.ErrNotOwner) {
 			t.Fatalf("old owner's Complete = %v, want ErrNotOwner", err)
+		}
+		time.Sleep(time.Hour - 30*time.Second - time.Nanosecond)
+		if st := state(t, s, "k"); st != idempotency.Unknown {
+			t.Fatalf("just before the claim's ttl: %v, want unknown", st)
+		}
+		time.Sleep(time.Nanosecond)
+		c, err := s.Claim(bg, "k", "fp-k", time.Minute, time.Hour)
+		if err != nil || c.State != idempotency.Claimed || c.Token == tok {
+			t.Fatalf("at the claim's ttl: %+v, %v; want a new claim", c, err)
 		}
 		mustComplete(t, s, "k", c.Token, "r", 24*time.Hour)
 		time.Sleep(24*time.Hour - time.Nanosecond)

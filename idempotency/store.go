@@ -92,7 +92,7 @@ type Claim struct {
 	// (and was taken over) cannot overwrite the new owner's result.
 	Token string
 	// Fingerprint is the fingerprint of the request that holds or held the
-	// key (InFlight and Completed), for the mismatch check.
+	// key (InFlight, Unknown and Completed), for the mismatch check.
 	Fingerprint string
 	// Record is the stored result (State Completed).
 	Record *Record

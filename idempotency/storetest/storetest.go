@@ -1,7 +1,8 @@
 // Package storetest checks that an idempotency.Store keeps the contract the
 // HTTP middleware relies on: claim, complete and replay; in-flight
-// duplicates; release; fencing tokens (ErrNotOwner); expiry of claims and
-// results; and atomicity under concurrency (exactly one of N concurrent
+// duplicates; release; fencing tokens (ErrNotOwner); a claim whose lock
+// expires reads Unknown, never claimed again, until the claim's ttl; expiry
+// of results; and atomicity under concurrency (exactly one of N concurrent
 // claims wins).
 //
 // A store's own tests call Run with a function that makes a store:
@@ -23,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -81,8 +83,9 @@ func RunWith(t *testing.T, newStore func(t *testing.T) idempotency.Store, opts O
 		{"Release", (*suite).releaseFrees},
 		{"NotOwner", (*suite).notOwner},
 		{"KeysAreIndependent", (*suite).keysAreIndependent},
-		{"ClaimExpiresAfterLockTTL", (*suite).claimExpires},
-		{"ExpiredClaimIsTakenOnce", (*suite).expiredClaimTakenOnce},
+		{"ExpiredClaimIsUnknown", (*suite).claimExpires},
+		{"UnknownIsNeverClaimed", (*suite).unknownNeverClaimed},
+		{"ClaimTTLNoLongerThanLock", (*suite).claimTTLNoLongerThanLock},
 		{"ResultExpiresAfterTTL", (*suite).resultExpires},
 		{"ConcurrentClaimsOneWins", (*suite).concurrentClaims},
 		{"ConcurrentClaimsManyKeys", (*suite).concurrentManyKeys},
@@ -110,12 +113,19 @@ func (s *suite) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.opts.Timeout)
 }
 
-// claim calls Store.Claim and fails the test on an error.
+// claim calls Store.Claim with a result TTL of an hour and fails the test
+// on an error.
 func (s *suite) claim(key, fp string, lockTTL time.Duration) idempotency.Claim {
+	s.t.Helper()
+	return s.claimTTL(key, fp, lockTTL, time.Hour)
+}
+
+// claimTTL calls Store.Claim and fails the test on an error.
+func (s *suite) claimTTL(key, fp string, lockTTL, ttl time.Duration) idempotency.Claim {
 	s.t.Helper()
 	ctx, cancel := s.ctx()
 	defer cancel()
-	c, err := s.store.Claim(ctx, key, fp, lockTTL, time.Hour)
+	c, err := s.store.Claim(ctx, key, fp, lockTTL, ttl)
 	if err != nil {
 		s.t.Fatalf("Claim(%q): %v", key, err)
 	}
@@ -161,8 +171,8 @@ func (s *suite) wantState(c idempotency.Claim, st idempotency.ClaimState, fp str
 	if st == idempotency.Completed && c.Record == nil {
 		s.t.Fatalf("Claim = completed without a record")
 	}
-	if st == idempotency.InFlight && (c.Record != nil || c.Token != "") {
-		s.t.Fatalf("Claim = in flight, with a record or a token: %+v", c)
+	if (st == idempotency.InFlight || st == idempotency.Unknown) && (c.Record != nil || c.Token != "") {
+		s.t.Fatalf("Claim = %v, with a record or a token: %+v", st, c)
 	}
 }
 
@@ -359,76 +369,141 @@ func (s *suite) keysAreIndependent() {
 // not from meanwhile, or after TTL + Wait.
 func (s *suite) pollUntilClaimed(key, fp string, lockTTL time.Duration, from idempotency.ClaimState) idempotency.Claim {
 	s.t.Helper()
+	return s.pollUntil(key, fp, lockTTL, from, idempotency.Claimed)
+}
+
+// pollUntil claims key (result TTL: an hour) until the answer is to,
+// failing if the state is neither from nor to, or after TTL + Wait.
+func (s *suite) pollUntil(key, fp string, lockTTL time.Duration, from, to idempotency.ClaimState) idempotency.Claim {
+	s.t.Helper()
 	start := time.Now()
 	deadline := start.Add(s.opts.TTL + s.opts.Wait)
 	for {
 		c := s.claim(key, fp, lockTTL)
-		if c.State == idempotency.Claimed {
+		if c.State == to {
 			return c
 		}
 		if c.State != from {
-			s.t.Fatalf("Claim while waiting for expiry = %v, want %v or claimed", c.State, from)
+			s.t.Fatalf("Claim while waiting for %v = %v, want %v or %v", to, c.State, from, to)
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("still %v %v after the TTL of %v: it never expires", c.State, time.Since(start), s.opts.TTL)
+			s.t.Fatalf("still %v %v after the TTL of %v: it never turns %v", c.State, time.Since(start), s.opts.TTL, to)
 		}
 		time.Sleep(s.opts.TTL / 10) // a real store: there is no clock to advance
 	}
 }
 
+// The owner "dies" with its claim: nobody completes or releases it. After
+// lockTTL the key reads Unknown — the operation may have run — and stays
+// so until the claim's ttl; the old owner is fenced off; only then is the
+// key free, for one new owner.
 func (s *suite) claimExpires() {
-	k, ttl := s.key("k"), s.opts.TTL
+	k, lock := s.key("k"), s.opts.TTL
+	ttl := 3 * lock
 	start := time.Now()
-	old := s.mustClaim(k, "fp", ttl)
-	s.wantState(s.claim(k, "fp", ttl), idempotency.InFlight, "fp")
-	// The owner "died": nobody completes or releases. The key comes free
-	// after lockTTL, for one new owner.
-	c := s.pollUntilClaimed(k, "fp", long, idempotency.InFlight)
-	if since := time.Since(start); since < ttl-time.Millisecond {
-		s.t.Fatalf("the claim expired after %v, before its lockTTL of %v", since, ttl)
+	old := s.claimTTL(k, "fp", lock, ttl)
+	if old.State != idempotency.Claimed {
+		s.t.Fatalf("Claim of a free key = %v, want claimed", old.State)
 	}
-	if c.Token == old {
-		s.t.Fatalf("the new claim got the expired claim's token %q", old)
+	s.wantState(s.claim(k, "fp", lock), idempotency.InFlight, "fp")
+	c := s.pollUntil(k, "fp", long, idempotency.InFlight, idempotency.Unknown)
+	if since := time.Since(start); since < lock-time.Millisecond {
+		s.t.Fatalf("the claim's lock expired after %v, before its lockTTL of %v", since, lock)
 	}
-	// The old owner wakes up: fenced off.
-	if err := s.complete(k, old, record("fp", 200, "late"), long); !errors.Is(err, idempotency.ErrNotOwner) {
+	s.wantState(c, idempotency.Unknown, "fp")
+	// Another request with the key sees the claim's fingerprint.
+	s.wantState(s.claim(k, "fp-2", long), idempotency.Unknown, "fp")
+	// The old owner wakes up: fenced off, and the key stays Unknown.
+	if err := s.complete(k, old.Token, record("fp", 200, "late"), long); !errors.Is(err, idempotency.ErrNotOwner) {
 		s.t.Fatalf("Complete by the expired owner = %v, want ErrNotOwner", err)
 	}
-	if err := s.release(k, old); !errors.Is(err, idempotency.ErrNotOwner) {
+	if err := s.release(k, old.Token); !errors.Is(err, idempotency.ErrNotOwner) {
 		s.t.Fatalf("Release by the expired owner = %v, want ErrNotOwner", err)
+	}
+	s.wantState(s.claim(k, "fp", long), idempotency.Unknown, "fp")
+	// Free once the claim's ttl is over.
+	n := s.pollUntil(k, "fp", long, idempotency.Unknown, idempotency.Claimed)
+	if since := time.Since(start); since < ttl-time.Millisecond {
+		s.t.Fatalf("the Unknown key came free after %v, before the claim's ttl of %v", since, ttl)
+	}
+	if n.Token == old.Token {
+		s.t.Fatalf("the new claim got the expired claim's token %q", old.Token)
+	}
+	if err := s.complete(k, old.Token, record("fp", 200, "late"), long); !errors.Is(err, idempotency.ErrNotOwner) {
+		s.t.Fatalf("Complete by the expired owner after the new claim = %v, want ErrNotOwner", err)
 	}
 	s.wantState(s.claim(k, "fp", long), idempotency.InFlight, "fp")
 	rec := record("fp", 200, "new owner")
-	if err := s.complete(k, c.Token, rec, long); err != nil {
+	if err := s.complete(k, n.Token, rec, long); err != nil {
 		s.t.Fatalf("Complete by the new owner: %v", err)
 	}
 	s.sameRecord(s.claim(k, "fp", long).Record, rec)
 }
 
-func (s *suite) expiredClaimTakenOnce() {
-	k, ttl := s.key("k"), s.opts.TTL
-	s.mustClaim(k, "fp", ttl)
-	deadline := time.Now().Add(ttl + s.opts.Wait)
-	time.Sleep(ttl) // a real store: let the claim's time run out
-	// Many retries arrive together once the claim has expired: one runs.
+// Many retries arrive together at a key whose claim's lock expired: none
+// of them is handed the key while it is Unknown; once the claim's ttl is
+// over, exactly one is.
+func (s *suite) unknownNeverClaimed() {
+	k, lock := s.key("k"), s.opts.TTL
+	ttl := 2 * lock
+	start := time.Now()
+	if c := s.claimTTL(k, "fp", lock, ttl); c.State != idempotency.Claimed {
+		s.t.Fatalf("Claim of a free key = %v, want claimed", c.State)
+	}
+	s.pollUntil(k, "fp", long, idempotency.InFlight, idempotency.Unknown)
+	deadline := start.Add(ttl + s.opts.Wait)
 	for round := 1; ; round++ {
-		claimed := s.race(k, "fp", long)
+		before := time.Since(start) < ttl-time.Millisecond
+		claimed := s.race(k, "fp", long, idempotency.Unknown)
+		if claimed > 0 && before {
+			s.t.Fatalf("round %d: %d of %d concurrent claims of an Unknown key won before the claim's ttl", round, claimed, s.opts.Goroutines)
+		}
 		if claimed > 1 {
-			s.t.Fatalf("%d of %d concurrent claims of an expired claim won, want 1", claimed, s.opts.Goroutines)
+			s.t.Fatalf("%d of %d concurrent claims of a key whose ttl ended won, want 1", claimed, s.opts.Goroutines)
 		}
 		if claimed == 1 {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("the claim never expired (%d rounds)", round)
+			s.t.Fatalf("the Unknown key never came free (%d rounds)", round)
 		}
-		time.Sleep(ttl / 10)
+		time.Sleep(lock / 10)
+	}
+}
+
+// A claim whose ttl is no longer than its lock has no Unknown period worth
+// keeping: at lockTTL the key is Unknown or free, never in flight forever,
+// and it is free by the ttl.
+func (s *suite) claimTTLNoLongerThanLock() {
+	k, lock := s.key("k"), s.opts.TTL
+	old := s.claimTTL(k, "fp", lock, lock)
+	if old.State != idempotency.Claimed {
+		s.t.Fatalf("Claim of a free key = %v, want claimed", old.State)
+	}
+	time.Sleep(lock)
+	deadline := time.Now().Add(s.opts.Wait)
+	for {
+		c := s.claim(k, "fp", long)
+		if c.State == idempotency.Claimed {
+			break
+		}
+		if c.State != idempotency.InFlight && c.State != idempotency.Unknown {
+			s.t.Fatalf("Claim after lockTTL = %v, want in flight, unknown or claimed", c.State)
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("still %v %v after the lock and result TTL of %v", c.State, s.opts.Wait, lock)
+		}
+		time.Sleep(lock / 10)
+	}
+	if err := s.complete(k, old.Token, record("fp", 200, "late"), long); !errors.Is(err, idempotency.ErrNotOwner) {
+		s.t.Fatalf("Complete by the expired owner = %v, want ErrNotOwner", err)
 	}
 }
 
 // race claims key from Goroutines goroutines released together, checks
-// that every answer is claimed or in flight, and returns how many claimed.
-func (s *suite) race(key, fp string, lockTTL time.Duration) int {
+// that every answer is claimed, in flight or (when other is Unknown)
+// unknown, and returns how many claimed.
+func (s *suite) race(key, fp string, lockTTL time.Duration, other ...idempotency.ClaimState) int {
 	s.t.Helper()
 	n := s.opts.Goroutines
 	states := make([]idempotency.Claim, n)
@@ -450,15 +525,16 @@ func (s *suite) race(key, fp string, lockTTL time.Duration) int {
 		if errs[i] != nil {
 			s.t.Fatalf("concurrent Claim: %v", errs[i])
 		}
-		switch states[i].State {
-		case idempotency.Claimed:
+		st := states[i].State
+		switch {
+		case st == idempotency.Claimed:
 			claimed++
-		case idempotency.InFlight:
+		case st == idempotency.InFlight || slices.Contains(other, st):
 			if states[i].Fingerprint != fp {
-				s.t.Fatalf("concurrent Claim: in flight with fingerprint %q, want %q", states[i].Fingerprint, fp)
+				s.t.Fatalf("concurrent Claim: %v with fingerprint %q, want %q", st, states[i].Fingerprint, fp)
 			}
 		default:
-			s.t.Fatalf("concurrent Claim = %v", states[i].State)
+			s.t.Fatalf("concurrent Claim = %v", st)
 		}
 	}
 	return claimed
