@@ -1,93 +1,191 @@
 // Package keyed is a bounded map from keys to lazily created values, shared by
-// the per-key registries (breakers, bulkheads).
+// the per-key registries (breakers, bulkheads) and the adapters' per-client
+// and per-route tables.
 package keyed
 
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Map gives one value per key, created on first use and kept until evicted.
-// Lookups of existing keys take no lock. When the map holds max values, a new
-// key evicts one value that the evictable function accepts (an idle one); if
-// none is, the new key is refused. It is safe for concurrent use.
+// Lookups of existing keys take no lock and allocate nothing. When the map
+// holds max values, a new key evicts the least recently used value that the
+// evictable function accepts; if none is accepted, the new key is refused. It
+// is safe for concurrent use.
+//
+// Recency is a CLOCK (second-chance) sweep, an approximation of LRU that
+// costs the lookup path one atomic load: every value has a "used" flag, which
+// Get sets (a load first, and a store only when it was clear, so that a hot
+// key's lookups write nothing), and a hand that walks the values in a ring
+// when room is needed. The hand clears a set flag and moves on (the value was
+// used since the hand last passed: a second chance); a value whose flag is
+// clear has not been used for a whole turn of the hand, and is offered to
+// evictable, stalest first in the hand's order. A new value starts with its
+// flag clear, just behind the hand, so it has a whole turn to be used again:
+// a stream of one-off keys evicts one-off keys, not the keys in steady use.
+// A sweep examines each value at most twice (one turn clears every flag), so
+// a refusal means that no value is evictable, as with an exhaustive scan.
+//
+// The sweep also dates each value: when the hand finds a flag set, it stamps
+// the value with the time, and a value found with its flag clear has not been
+// used since that stamp. NewIdle's evictable gets that lower bound of the
+// time since the value's last use, to keep values that hold recent state.
 type Map[V any] struct {
-	m         sync.Map // string -> V
-	mu        sync.Mutex
-	n         atomic.Int64
-	gen       atomic.Uint64 // values removed so far; see Generation
-	max       int           // < 0: unbounded
+	m     sync.Map // string -> *entry[V]
+	mu    sync.Mutex
+	slots []*entry[V] // the ring the hand walks; under mu
+	hand  int         // the next slot the sweep examines; under mu
+	epoch time.Time   // the sweep's clock origin
+	n     atomic.Int64
+	gen   atomic.Uint64 // values removed so far; see Generation
+	max   int           // < 0: unbounded
+
 	create    func(key string) (V, error)
-	evictable func(V) bool
+	evictable func(v V, idle time.Duration) bool
+}
+
+// entry is one value and its recency.
+type entry[V any] struct {
+	v    V
+	used atomic.Bool // set by Get, cleared by the sweep
+	key  string
+	slot int   // index in Map.slots; under Map.mu
+	seen int64 // nanoseconds since Map.epoch when used was last cleared (or the entry made); under Map.mu
 }
 
 // New returns a Map bounded to max values (max < 0: unbounded). create makes
 // the value for a new key; evictable, if not nil, says whether a value may be
-// dropped to make room (nil: none may).
+// dropped to make room (nil: none may). evictable is called under the map's
+// lock, for the least recently used values first; when it returns true the
+// value is dropped at once, so it may mark the value as dropped.
 func New[V any](max int, create func(key string) (V, error), evictable func(V) bool) *Map[V] {
-	return &Map[V]{max: max, create: create, evictable: evictable}
+	var ev func(V, time.Duration) bool
+	if evictable != nil {
+		ev = func(v V, _ time.Duration) bool { return evictable(v) }
+	}
+	return NewIdle(max, create, ev)
+}
+
+// NewIdle is New with an evictable function that also gets how long the
+// value has gone unused at least (a lower bound: the sweep dates uses to the
+// turn of its hand that saw them).
+func NewIdle[V any](max int, create func(key string) (V, error), evictable func(v V, idle time.Duration) bool) *Map[V] {
+	return &Map[V]{max: max, create: create, evictable: evictable, epoch: time.Now()}
 }
 
 // Get returns the value for key, creating it if needed. full is returned when
 // the map is full and nothing can be evicted; create's error is returned as it
 // is.
 func (m *Map[V]) Get(key string, full error) (V, error) {
-	if v, ok := m.m.Load(key); ok {
-		return v.(V), nil
+	if e, ok := m.m.Load(key); ok {
+		return e.(*entry[V]).use(), nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if v, ok := m.m.Load(key); ok {
-		return v.(V), nil
+	if e, ok := m.m.Load(key); ok {
+		return e.(*entry[V]).use(), nil
 	}
-	if m.max >= 0 && int(m.n.Load()) >= m.max && !m.evictOne() {
-		var zero V
-		return zero, full
+	slot := len(m.slots)
+	if m.max >= 0 && int(m.n.Load()) >= m.max {
+		var ok bool
+		if slot, ok = m.evictOne(); !ok {
+			var zero V
+			return zero, full
+		}
 	}
 	v, err := m.create(key)
 	if err != nil {
+		if slot < len(m.slots) {
+			m.removeSlot(slot) // the evicted value's slot stays empty
+		}
 		var zero V
 		return zero, err
 	}
-	m.m.Store(key, v)
+	e := &entry[V]{v: v, key: key, slot: slot, seen: m.now()}
+	if slot == len(m.slots) {
+		m.slots = append(m.slots, e)
+	} else {
+		m.slots[slot] = e
+	}
+	m.m.Store(key, e)
 	m.n.Add(1)
 	return v, nil
 }
 
-// evictOne drops one evictable value; m.mu is held.
-func (m *Map[V]) evictOne() bool {
-	if m.evictable == nil {
-		return false
+// use marks e used and returns its value: a load, and a store only when the
+// sweep has cleared the flag since the last use.
+func (e *entry[V]) use() V {
+	if !e.used.Load() {
+		e.used.Store(true)
 	}
-	evicted := false
-	m.m.Range(func(k, v any) bool {
-		if m.evictable(v.(V)) {
-			m.m.Delete(k)
-			m.n.Add(-1)
-			m.gen.Add(1) // after the removal: see Generation
-			evicted = true
-			return false
-		}
-		return true
-	})
-	return evicted
+	return e.v
 }
 
-// Lookup returns the value for key without creating it.
+func (m *Map[V]) now() int64 { return int64(time.Since(m.epoch)) }
+
+// evictOne drops the first value, in the hand's order, that has not been
+// used for a turn of the hand and that evictable accepts, and returns its
+// slot, now free (m.slots[slot] is stale until refilled); m.mu is held.
+func (m *Map[V]) evictOne() (int, bool) {
+	if m.evictable == nil || len(m.slots) == 0 {
+		return 0, false
+	}
+	now := m.now()
+	for range 2 * len(m.slots) {
+		i := m.hand
+		if m.hand++; m.hand == len(m.slots) {
+			m.hand = 0
+		}
+		e := m.slots[i]
+		if e.used.Load() {
+			e.used.Store(false)
+			e.seen = now
+			continue
+		}
+		if m.evictable(e.v, time.Duration(now-e.seen)) {
+			m.m.Delete(e.key)
+			m.n.Add(-1)
+			m.gen.Add(1) // after the removal: see Generation
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// removeSlot takes slot out of the ring, moving the last entry into it;
+// m.mu is held.
+func (m *Map[V]) removeSlot(slot int) {
+	last := len(m.slots) - 1
+	if slot != last {
+		m.slots[slot] = m.slots[last]
+		m.slots[slot].slot = slot
+	}
+	m.slots[last] = nil
+	m.slots = m.slots[:last]
+	if m.hand >= last {
+		m.hand = 0
+	}
+}
+
+// Lookup returns the value for key without creating it. It does not count
+// as a use.
 func (m *Map[V]) Lookup(key string) (V, bool) {
-	v, ok := m.m.Load(key)
+	e, ok := m.m.Load(key)
 	if !ok {
 		var zero V
 		return zero, false
 	}
-	return v.(V), true
+	return e.(*entry[V]).v, true
 }
 
 // Delete drops key's value, if any.
 func (m *Map[V]) Delete(key string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.m.LoadAndDelete(key); ok {
+	if e, ok := m.m.LoadAndDelete(key); ok {
+		m.removeSlot(e.(*entry[V]).slot)
 		m.n.Add(-1)
 		m.gen.Add(1) // after the removal: see Generation
 	}
@@ -104,7 +202,8 @@ func (m *Map[V]) Generation() uint64 { return m.gen.Load() }
 func (m *Map[V]) Len() int { return int(m.n.Load()) }
 
 // Range calls f for each key and value until f returns false. Values created
-// or evicted during Range may or may not be seen.
+// or evicted during Range may or may not be seen. Range does not count as a
+// use.
 func (m *Map[V]) Range(f func(key string, v V) bool) {
-	m.m.Range(func(k, v any) bool { return f(k.(string), v.(V)) })
+	m.m.Range(func(k, e any) bool { return f(k.(string), e.(*entry[V]).v) })
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/watertight-go/watertight/internal/keyed"
 )
@@ -370,4 +372,86 @@ func TestGenerationGuardsCachedValues(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// A key in steady use keeps its value however many one-off keys pass
+// through a full map: eviction takes the least recently used value, not
+// whichever comes first in the map's order (issue 23: a key in an unlucky
+// position got a fresh value on almost every call).
+func TestEvictsLeastRecentlyUsed(t *testing.T) {
+	for _, hot := range []string{"pay", "a", "k3", "hot", "z", "db", "0", "user-42"} {
+		t.Run(hot, func(t *testing.T) {
+			var c counter
+			m := keyed.New(8, c.create, func(*value) bool { return true })
+			want, _ := m.Get(hot, errFull)
+			for i := range 500 {
+				if _, err := m.Get("one-off-"+strconv.Itoa(i), errFull); err != nil {
+					t.Fatal(err)
+				}
+				if i%4 == 0 { // used once every 4 new keys: well within a turn of 8
+					if v, _ := m.Get(hot, errFull); v != want {
+						t.Fatalf("after %d one-off keys, %q got a new value: it was evicted", i+1, hot)
+					}
+				}
+			}
+			if n := c.n(hot); n != 1 {
+				t.Errorf("create(%q) called %d times, want 1", hot, n)
+			}
+			if n := m.Len(); n != 8 {
+				t.Errorf("Len = %d, want 8", n)
+			}
+		})
+	}
+}
+
+// With every value used since the hand last passed, the sweep still finds
+// the one evictable value, wherever it is: a refusal means none is.
+func TestEvictionIsExhaustive(t *testing.T) {
+	for target := range 16 {
+		var c counter
+		m := keyed.New(16, c.create, idle)
+		vs := make([]*value, 16)
+		for i := range vs {
+			vs[i], _ = m.Get("k"+strconv.Itoa(i), errFull)
+		}
+		for _, v := range vs { // every flag set
+			m.Get(v.key, errFull)
+		}
+		vs[target].idle.Store(true)
+		if _, err := m.Get("new", errFull); err != nil {
+			t.Fatalf("target %d: Get(new) = %v, want the idle value evicted", target, err)
+		}
+		if _, ok := m.Lookup(vs[target].key); ok {
+			t.Errorf("target %d: the idle value is still there", target)
+		}
+		if n := m.Len(); n != 16 {
+			t.Errorf("target %d: Len = %d", target, n)
+		}
+	}
+}
+
+// NewIdle's evictable gets a lower bound of the time since the value's last
+// use: from its creation, or from the turn of the hand that saw its last use.
+func TestIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c counter
+		var idles []time.Duration
+		m := keyed.NewIdle(1, c.create, func(_ *value, idle time.Duration) bool {
+			idles = append(idles, idle)
+			return true
+		})
+		m.Get("a", errFull)
+		time.Sleep(5 * time.Second)
+		m.Get("b", errFull) // a unused since its creation: idle 5s
+		time.Sleep(3 * time.Second)
+		m.Get("b", errFull) // used at 8s
+		time.Sleep(4 * time.Second)
+		m.Get("c", errFull) // the hand sees b used (dated 12s), then offers it
+		if fmt.Sprint(idles) != "[5s 0s]" {
+			t.Errorf("idle values %v, want [5s 0s]", idles)
+		}
+		if keys := keysOf(m); fmt.Sprint(keys) != "[c]" {
+			t.Errorf("keys = %v, want [c]", keys)
+		}
+	})
 }
