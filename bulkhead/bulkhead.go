@@ -103,14 +103,16 @@ type Bulkhead struct {
 	seed    atomic.Uint64 // picks the goroutines' cells; moved on by missed
 	cells   []cell        // the permits, striped: see state.go
 	shift   uint          // stripe.Hash >> shift is a cell index
-	max     uint64
-	maxWait time.Duration
-	errFull error // ErrFull, labelled with the name
+	max     atomic.Uint64 // MaxConcurrent; changed only under mu
+	maxWait atomic.Int64  // MaxWait; read when the fast path fails
+	errFull error         // ErrFull, labelled with the name
 
-	// The full hint: set when an acquirer found every cell full, cleared by
-	// every Release that finds it set (see tryOthers). Written only on those
-	// transitions, on a line of its own, so that the full path reads it
-	// without reading every cell, and the success path never writes it.
+	// The hint word. Bit hintFull: set when an acquirer found every cell
+	// full, cleared by every Release that finds it set (see tryOthers). Bit
+	// hintPending: the shares are not the even layout, after a resize (see
+	// state.go). Written only on those transitions, on a line of its own,
+	// so that the full path reads it without reading every cell, and the
+	// success path never writes it.
 	_        [64]byte
 	fullHint atomic.Uint32
 	_        [64]byte
@@ -118,6 +120,7 @@ type Bulkhead struct {
 	rejected     stripe.Counter
 	acquiredSlow atomic.Uint64 // permits handed to waiters that kept them
 	canceled     atomic.Uint64
+	bumps        atomic.Uint64 // acquisitions counted by resizes: see bump
 
 	name     string
 	listener watertight.Listener
@@ -153,16 +156,74 @@ func newBulkhead(cfg Config) *Bulkhead {
 		n = DefaultMaxConcurrent
 	}
 	cells, shift := newCells(uint64(n))
-	return &Bulkhead{
+	b := &Bulkhead{
 		cells:    cells,
 		shift:    shift,
-		max:      uint64(n),
-		maxWait:  cfg.MaxWait,
 		name:     cfg.Name,
 		listener: cfg.Listener,
 		evName:   cfg.Name,
 		errFull:  label(cfg.Name, ErrFull),
 	}
+	b.max.Store(uint64(n))
+	b.maxWait.Store(int64(cfg.MaxWait))
+	return b
+}
+
+// SetMaxConcurrent changes the number of permits to n while the bulkhead is
+// in use, as Config.MaxConcurrent would set it: zero means
+// DefaultMaxConcurrent, and a negative n or one above MaxConcurrentLimit is
+// an error that leaves the bulkhead unchanged.
+//
+// Raising the limit hands the new permits to queued waiters at once, oldest
+// first. Lowering it takes no permit back: the callers holding one keep it
+// and give it back with Release as usual, and no permit is granted until
+// fewer than n are held. Permits held from before count against the new
+// limit either way.
+//
+// The permits stay striped over the cells New made for the first limit
+// (see state.go): a bulkhead raised far above the limit it was built with
+// keeps its fewer cells, which is correct but spreads contention less, and
+// for a while after lowering, a Release takes the bulkhead's mutex. An
+// Acquire that runs at the same time as SetMaxConcurrent is ordered before
+// or after it.
+func (b *Bulkhead) SetMaxConcurrent(n int) error {
+	if err := (Config{MaxConcurrent: n}).validate("SetMaxConcurrent"); err != nil {
+		return err
+	}
+	if len(b.cells) == 0 {
+		return errors.New("bulkhead: SetMaxConcurrent on a zero Bulkhead, which has no permits: build it with New")
+	}
+	if n == 0 {
+		n = DefaultMaxConcurrent
+	}
+	b.mu.Lock()
+	b.max.Store(uint64(n))
+	b.rebalanceLocked()
+	b.handoffLocked()
+	b.mu.Unlock()
+	return nil
+}
+
+// SetMaxWait changes how long Acquire waits for a permit, with the meaning
+// of Config.MaxWait (zero: no wait; negative: until the caller's context
+// ends). It applies to the Acquire calls that start waiting after it;
+// callers already queued keep the wait they started with.
+func (b *Bulkhead) SetMaxWait(d time.Duration) { b.maxWait.Store(int64(d)) }
+
+// Reconfigure applies cfg to the bulkhead while it is in use: it validates
+// cfg as New does (the error names the field and leaves the bulkhead
+// unchanged), then sets MaxConcurrent as SetMaxConcurrent does and MaxWait
+// as SetMaxWait does. Name and Listener are fixed by New: Reconfigure
+// ignores them. Totals (Snapshot's Acquired, Rejected, Canceled) carry on.
+func (b *Bulkhead) Reconfigure(cfg Config) error {
+	if err := cfg.validate("Config"); err != nil {
+		return err
+	}
+	if err := b.SetMaxConcurrent(cfg.MaxConcurrent); err != nil {
+		return err
+	}
+	b.SetMaxWait(cfg.MaxWait)
+	return nil
 }
 
 // Reasons of the bulkhead's EventBulkheadFull events.
@@ -220,7 +281,7 @@ func (b *Bulkhead) acquire(ctx context.Context, addr uintptr) (int, error) {
 	if i := b.tryFast(addr); i >= 0 {
 		return i, nil
 	}
-	if b.maxWait == 0 {
+	if b.maxWait.Load() == 0 {
 		b.rejected.Add(1)
 		return -1, b.fullEvent(b.full(), reasonNoWait)
 	}
@@ -263,7 +324,7 @@ func (b *Bulkhead) tryFast(addr uintptr) int {
 	c := &b.cells[i]
 	for {
 		s := c.state.Load()
-		if s&activeMask >= c.share {
+		if s&activeMask >= c.share.Load() {
 			break
 		}
 		// One CAS takes the permit and counts the acquisition.
@@ -275,7 +336,7 @@ func (b *Bulkhead) tryFast(addr uintptr) int {
 		}
 		b.missed(c, seed)
 	}
-	if len(b.cells) == 1 || b.fullHint.Load() != 0 {
+	if len(b.cells) == 1 || b.fullHint.Load()&hintFull != 0 {
 		return -1
 	}
 	return b.tryOthers(int(i))
@@ -303,10 +364,10 @@ func (b *Bulkhead) tryOthers(i int) int {
 			return (i + j) & mask
 		}
 	}
-	b.fullHint.Store(1)
+	b.fullHint.Or(hintFull)
 	for j := range b.cells {
-		if c := &b.cells[j]; c.state.Load()&activeMask < c.share {
-			b.fullHint.Store(0)
+		if c := &b.cells[j]; c.state.Load()&activeMask < c.share.Load() {
+			b.fullHint.And(^uint32(hintFull))
 			if b.take(j, acquiredOne+1) {
 				return j
 			}
@@ -321,7 +382,7 @@ func (b *Bulkhead) take(j int, add uint64) bool {
 	c := &b.cells[j]
 	for {
 		s := c.state.Load()
-		if s&activeMask >= c.share {
+		if s&activeMask >= c.share.Load() {
 			return false
 		}
 		if c.state.CompareAndSwap(s, s+add) {
@@ -353,8 +414,8 @@ func (b *Bulkhead) release(i uint64) {
 	if i >= uint64(len(b.cells)) || !b.dec(&b.cells[i]) {
 		b.releaseElsewhere(int(i & (maxCells - 1)))
 	}
-	if b.fullHint.Load() != 0 { // a permit is free: see tryOthers
-		b.fullHint.Store(0)
+	if h := b.fullHint.Load(); h != 0 { // a permit is free: see tryOthers
+		b.hinted(h)
 	}
 	// The lost wakeup, and why it cannot happen. A releaser (here) gives
 	// its permit back to a cell and then loads waiting; a waiter (wait),
@@ -372,6 +433,23 @@ func (b *Bulkhead) release(i uint64) {
 	// under mu any permit it was handed, then hands it on (giveUp).
 	if b.waiting.Load() != 0 {
 		b.releaseSlow()
+	}
+}
+
+// hinted clears the full hint and, when the shares are pending after a
+// resize, computes them again and hands any room made to waiters (see
+// state.go). h is the hint word the releaser loaded.
+//
+//go:noinline
+func (b *Bulkhead) hinted(h uint32) {
+	if h&hintFull != 0 {
+		b.fullHint.And(^uint32(hintFull))
+	}
+	if h&hintPending != 0 {
+		b.mu.Lock()
+		b.rebalanceLocked()
+		b.handoffLocked()
+		b.mu.Unlock()
 	}
 }
 
@@ -478,8 +556,8 @@ func (b *Bulkhead) wait(ctx context.Context) (int, error) {
 	b.mu.Unlock()
 
 	var expired <-chan time.Time
-	if b.maxWait > 0 {
-		t := time.NewTimer(b.maxWait)
+	if d := time.Duration(b.maxWait.Load()); d > 0 {
+		t := time.NewTimer(d)
 		defer t.Stop()
 		expired = t.C
 	}
@@ -545,12 +623,15 @@ func (b *Bulkhead) giveUp(w *waiter) {
 		if !b.dec(&b.cells[w.cell]) {
 			b.releaseAnyLocked()
 		}
-		if b.fullHint.Load() != 0 {
-			b.fullHint.Store(0)
+		if b.fullHint.Load()&hintFull != 0 {
+			b.fullHint.And(^uint32(hintFull))
 		}
 	} else {
 		b.removeLocked(w)
 		b.waiting.Add(-1)
+	}
+	if b.fullHint.Load()&hintPending != 0 { // see hinted
+		b.rebalanceLocked()
 	}
 	// Hand free permits on: the one we were given, or one that a releaser
 	// left for us as the front waiter. Harmless when there is none.
@@ -638,13 +719,15 @@ func (b *Bulkhead) Snapshot() Snapshot {
 		active += s & activeMask
 		acquired += acquiredTotal(wraps, s)
 	}
-	avail := int(b.max) - int(active)
+	acquired -= min(acquired, b.bumps.Load()) // after the states: see bump
+	maxc := b.max.Load()
+	avail := int(maxc) - int(active)
 	if avail < 0 {
 		avail = 0
 	}
 	return Snapshot{
 		Name:          b.name,
-		MaxConcurrent: int(b.max),
+		MaxConcurrent: int(maxc),
 		Active:        int(active),
 		Waiting:       int(b.waiting.Load()),
 		Available:     avail,

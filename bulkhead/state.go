@@ -91,7 +91,7 @@ const firstReseed = 8
 type cell struct {
 	state  atomic.Uint64 // permits held (low bits) and fast acquisitions (high bits)
 	wraps  atomic.Uint64 // flips of the acquisition count's top bit
-	share  uint64        // most permits the cell may hold; set by New
+	share  atomic.Uint64 // most permits the cell may hold; changed only under mu
 	misses atomic.Uint32 // failed compare-and-swaps on state
 	_      [100]byte
 }
@@ -106,12 +106,18 @@ func newCells(n uint64) ([]cell, uint) {
 	}
 	cells := make([]cell, k)
 	for i := range cells {
-		cells[i].share = n / k
-		if uint64(i) < n%k {
-			cells[i].share++
-		}
+		cells[i].share.Store(evenShare(n, k, uint64(i)))
 	}
 	return cells, 64 - bits // a shift by 64 gives 0: one cell
+}
+
+// evenShare is the share of cell i of k in the even layout of n permits:
+// n/k, plus one for the first n%k cells.
+func evenShare(n, k, i uint64) uint64 {
+	if i < n%k {
+		return n/k + 1
+	}
+	return n / k
 }
 
 // index returns the cell of the goroutine whose stack holds addr under seed.
@@ -146,4 +152,151 @@ func acquiredTotal(wraps, s uint64) uint64 {
 		flips++
 	}
 	return flips<<fieldTopBit | field&belowTop
+}
+
+// Live resizing (SetMaxConcurrent). The number of cells is fixed by New; a
+// resize changes the shares. Lowering never takes a permit back, so right
+// after it a cell may hold more permits than its new share (it is over),
+// and shares summing to the new limit no longer bound what is held: a cell
+// below its share could grant while the over cells keep the total at the
+// limit. What the shares must keep is the bound
+//
+//	Σ max(active_i, share_i) <= MaxConcurrent
+//
+// (a grant in cell i needs active_i < share_i, so after it the total is at
+// most that sum). shares picks shares that keep it, as close to the even
+// layout as the permits held allow: the excess of the over cells is cut
+// from the shares of the cells with room. When even that cannot make room
+// (more permits held than the new limit: debt = held - limit), each cell's
+// share is its holding minus the debt, at least zero: a cell can then grant
+// only after giving back more than the debt, and however the cells give
+// back, no grant takes the total above the limit.
+//
+// Any layout other than the even one is pending: the bulkhead's hint word
+// says so, and every Release that sees it takes the mutex and computes the
+// shares again (rebalanceLocked), so that permits given back by an over
+// cell become room elsewhere, and the layout returns to the even one once
+// no cell is over. Without a resize the layout is always even and Release
+// pays nothing more than the load of the hint it already made.
+//
+// A share is lowered while acquirers run: one that loaded the old share may
+// still grant against it. So every lowering is followed by a bump of the
+// cell's state word (an acquisition counted in bumps, which Snapshot
+// subtracts): an acquirer's compare-and-swap that comes after the bump
+// loaded the state after it, and the share after that, so it sees the new
+// share; one that came before is counted in the holdings read after the
+// bump. rebalanceLocked lowers, bumps and reads again until no share needs
+// lowering; raising needs no bump, since an acquirer that read the lower
+// share takes less than the new one allows.
+
+// Bits of Bulkhead.fullHint.
+const (
+	hintFull    = 1 // every cell was found full: see tryOthers
+	hintPending = 2 // the shares are not the even layout: see shares
+)
+
+// shares sets d to the shares of a bulkhead of n permits whose cells hold
+// a, and reports whether they are pending (not the even layout, or a cell
+// holds more than its even share). len(d) == len(a) > 0.
+func shares(n uint64, a, d []uint64) bool {
+	k := uint64(len(a))
+	var held uint64
+	for _, x := range a {
+		held += x
+	}
+	pending := false
+	if held >= n {
+		debt := held - n
+		for j, x := range a {
+			d[j] = x - min(x, debt)
+			e := evenShare(n, k, uint64(j))
+			pending = pending || d[j] != e || x > e
+		}
+		return pending
+	}
+	var excess uint64
+	for j, x := range a {
+		d[j] = evenShare(n, k, uint64(j))
+		if x > d[j] {
+			excess += x - d[j]
+		}
+	}
+	pending = excess > 0
+	for j, x := range a {
+		if excess == 0 {
+			break
+		}
+		if x < d[j] {
+			cut := min(excess, d[j]-x)
+			d[j] -= cut
+			excess -= cut
+		}
+	}
+	return pending
+}
+
+// rebalanceLocked sets the cells' shares for the current limit (see
+// shares), lowering first and raising last. b.mu is held; the caller hands
+// any room made to waiters.
+func (b *Bulkhead) rebalanceLocked() {
+	n := b.max.Load()
+	k := len(b.cells)
+	var a, d [maxCells]uint64
+	for {
+		for j := range b.cells {
+			a[j] = b.cells[j].state.Load() & activeMask
+		}
+		pending := shares(n, a[:k], d[:k])
+		lowered := false
+		for j := range b.cells {
+			if c := &b.cells[j]; d[j] < c.share.Load() {
+				c.share.Store(d[j])
+				b.bump(c)
+				lowered = true
+			}
+		}
+		if lowered {
+			continue // read the holdings again: see above
+		}
+		for j := range b.cells {
+			b.cells[j].share.Store(d[j])
+		}
+		// Room may have been made without a Release: a full hint set before
+		// would hide it (see tryOthers).
+		b.fullHint.And(^uint32(hintFull))
+		if !pending {
+			b.fullHint.And(^uint32(hintPending))
+			return
+		}
+		if b.fullHint.Load()&hintPending != 0 {
+			return // every Release since it was set comes here after us
+		}
+		b.fullHint.Or(hintPending)
+		// A Release that loaded the hint before it was set gave back its
+		// permit before the loads below: compute again if one did.
+		again := false
+		for j := range b.cells {
+			again = again || b.cells[j].state.Load()&activeMask < a[j]
+		}
+		if !again {
+			return
+		}
+	}
+}
+
+// bump changes c's state word without changing the permits it holds: it
+// counts one acquisition, which Snapshot takes off again (bumps is added to
+// first, so that a Snapshot never counts a bump as an acquisition; it may
+// count one acquisition fewer for a moment). b.mu is held.
+func (b *Bulkhead) bump(c *cell) {
+	b.bumps.Add(1)
+	for {
+		s := c.state.Load()
+		if c.state.CompareAndSwap(s, s+acquiredOne) {
+			if crossesWrapBit(s) {
+				c.wraps.Add(1)
+			}
+			return
+		}
+	}
 }

@@ -71,10 +71,10 @@ func TestCellShares(t *testing.T) {
 		var sum uint64
 		for i := range b.cells {
 			c := &b.cells[i]
-			if c.share < uint64(n/k) || c.share > uint64(n/k+1) {
-				t.Fatalf("MaxConcurrent %d: cell %d has share %d", n, i, c.share)
+			if c.share.Load() < uint64(n/k) || c.share.Load() > uint64(n/k+1) {
+				t.Fatalf("MaxConcurrent %d: cell %d has share %d", n, i, c.share.Load())
 			}
-			sum += c.share
+			sum += c.share.Load()
 		}
 		if sum != uint64(n) {
 			t.Fatalf("MaxConcurrent %d: shares sum to %d", n, sum)
@@ -108,12 +108,12 @@ func TestReleaseFromAnotherCell(t *testing.T) {
 	for _, n := range []int{8, 16, 13} {
 		b := newBulkhead(Config{MaxConcurrent: n})
 		for j := range b.cells {
-			for range b.cells[j].share {
+			for range b.cells[j].share.Load() {
 				if !b.take(j, acquiredOne+1) {
 					t.Fatalf("could not take a permit in cell %d", j)
 				}
 			}
-			for range b.cells[j].share {
+			for range b.cells[j].share.Load() {
 				b.Release()
 			}
 			if s := b.Snapshot(); s.Active != 0 || s.Available != n {
