@@ -21,6 +21,10 @@ var (
 	// ErrNoBudget is the reason of a SkippedError for a retry the retry
 	// budget refused.
 	ErrNoBudget = errors.New("retry: not retried: retry budget exhausted")
+	// ErrRetryAfterTooLong matches (errors.Is) a RetryAfterError, and is the
+	// Reason of its Skipped event: the server asked for a wait longer than
+	// Config.MaxRetryAfter.
+	ErrRetryAfterTooLong = errors.New("retry: not retried: the server asked to wait longer than Config.MaxRetryAfter")
 )
 
 // ExhaustedError is the error of a call whose every attempt failed with a
@@ -88,6 +92,51 @@ func (e *SkippedError) Is(target error) bool {
 
 // Overloaded reports whether the retry was refused by the budget.
 func (e *SkippedError) Overloaded() bool { return e.Reason == ErrNoBudget }
+
+// RetryAfterError is the error of a call whose attempt failed with a
+// retryable error that carried a server's requested wait (After: an HTTP
+// Retry-After, a gRPC pushback) longer than Config.MaxRetryAfter: the
+// policy returned at once rather than sleep that long, or retry sooner than
+// asked. The caller decides: wait Wait and call again, fail, or fall back.
+// It matches ErrRetryAfterTooLong and unwraps to the attempt's error (for
+// HTTP, a *watertighthttp.StatusError, which holds the response). It
+// carries the "overloaded, don't retry" signal (watertight.IsOverloaded):
+// the server asked its callers to stay away, so no layer above should
+// retry sooner. It is not a rejection.
+type RetryAfterError struct {
+	// Attempts is the number of attempts made.
+	Attempts int
+	// Wait is the wait the server asked for.
+	Wait time.Duration
+	// Max is the policy's Config.MaxRetryAfter, which Wait exceeds.
+	Max time.Duration
+	// Err is the last attempt's error.
+	Err error
+}
+
+// Error gives the requested wait, the cap and the last error, for example
+// "retry: the server asked to wait 24h0m0s, more than MaxRetryAfter 5s
+// (after 1 attempt): watertighthttp: HTTP 503 Service Unavailable".
+func (e *RetryAfterError) Error() string {
+	n := "attempts"
+	if e.Attempts == 1 {
+		n = "attempt"
+	}
+	return fmt.Sprintf("retry: the server asked to wait %v, more than MaxRetryAfter %v (after %d %s): %s", e.Wait, e.Max, e.Attempts, n, errString(e.Err))
+}
+
+// Unwrap returns the last attempt's error.
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrRetryAfterTooLong.
+func (e *RetryAfterError) Is(target error) bool { return target == ErrRetryAfterTooLong }
+
+// Overloaded reports true: the server asked its callers to wait, so no layer
+// above should retry sooner (see watertight.IsOverloaded).
+func (e *RetryAfterError) Overloaded() bool { return true }
+
+// RetryAfter returns Wait, so that RetryAfter(err) reads it back.
+func (e *RetryAfterError) RetryAfter() time.Duration { return e.Wait }
 
 func errString(err error) string {
 	if err == nil {

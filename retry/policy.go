@@ -13,8 +13,9 @@ import (
 
 // Defaults used for zero fields of Config.
 const (
-	DefaultMaxAttempts = 3
-	DefaultMaxDelay    = 30 * time.Second
+	DefaultMaxAttempts   = 3
+	DefaultMaxDelay      = 30 * time.Second
+	DefaultMaxRetryAfter = 5 * time.Second
 )
 
 // Config configures a Policy. The zero value is valid: three attempts,
@@ -33,6 +34,14 @@ type Config struct {
 	// MaxDelay caps every wait, a server's Retry-After included. Zero means
 	// DefaultMaxDelay (30s); negative is an error.
 	MaxDelay time.Duration
+	// MaxRetryAfter is the longest wait a server may ask for (an HTTP
+	// Retry-After, a gRPC pushback: see After) that the policy sleeps
+	// through. A longer one is not slept through, nor cut short: the call
+	// ends at once with a *RetryAfterError that carries the requested wait,
+	// so that the caller decides. A wait up to MaxRetryAfter is still capped
+	// by MaxDelay. Zero means DefaultMaxRetryAfter (5s); negative means any
+	// wait is honoured (capped by MaxDelay).
+	MaxRetryAfter time.Duration
 	// Idempotent says that every call through this policy is safe to repeat.
 	// If false, only calls whose context is marked with Idempotent or
 	// WithIdempotencyKey are retried.
@@ -132,6 +141,9 @@ func New(cfg Config) (*Policy, error) {
 	if cfg.MaxDelay == 0 {
 		cfg.MaxDelay = DefaultMaxDelay
 	}
+	if cfg.MaxRetryAfter == 0 {
+		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
 	if cfg.MinAttemptTime < 0 {
 		return nil, fmt.Errorf("retry: Config.MinAttemptTime must be >= 0, got %v", cfg.MinAttemptTime)
 	}
@@ -165,6 +177,7 @@ const (
 	stopNotIdempotent
 	stopNoTime
 	stopNoBudget
+	stopRetryAfter
 )
 
 func attempts(t watertight.Ticket) int  { return int(uint32(t.Seq)) }
@@ -199,6 +212,10 @@ func (p *Policy) Again(ctx context.Context, t watertight.Ticket, err error) (wat
 		return stop(stopNotIdempotent)
 	}
 	wait, asked := RetryAfter(err)
+	if asked && p.cfg.MaxRetryAfter >= 0 && wait > p.cfg.MaxRetryAfter {
+		t.Start = int64(wait) // the requested wait, for Exit's RetryAfterError
+		return stop(stopRetryAfter)
+	}
 	if !asked {
 		wait = p.cfg.Backoff.Delay(n, time.Duration(t.Start))
 	}
@@ -236,6 +253,9 @@ func (p *Policy) retryable(err error) bool {
 func (p *Policy) emitStop(reason uint64, n int, err error) {
 	if p.cfg.OnEvent != nil {
 		ev := Event{Name: p.cfg.Name, Kind: Skipped, Attempt: n, Err: err, Reason: reasonErr(reason)}
+		if reason == stopRetryAfter {
+			ev.Delay, _ = RetryAfter(err)
+		}
 		if reason == stopExhausted {
 			ev.Kind, ev.Reason = Exhausted, nil
 		}
@@ -243,6 +263,9 @@ func (p *Policy) emitStop(reason uint64, n int, err error) {
 	}
 	if p.cfg.Listener != nil {
 		e := watertight.Event{Kind: watertight.EventRetrySkipped, Source: source, Name: p.cfg.Name, Attempt: n, Err: err, Reason: reasonWords(reason)}
+		if reason == stopRetryAfter {
+			e.Delay, _ = RetryAfter(err)
+		}
 		if reason == stopExhausted {
 			e.Kind = watertight.EventRetryExhausted
 		}
@@ -262,6 +285,8 @@ func reasonWords(reason uint64) string {
 		return "not enough time left before the deadline"
 	case stopNoBudget:
 		return "retry budget exhausted"
+	case stopRetryAfter:
+		return "the server asked to wait longer than MaxRetryAfter"
 	}
 	return ""
 }
@@ -274,14 +299,17 @@ func reasonErr(reason uint64) error {
 		return ErrNoTime
 	case stopNoBudget:
 		return ErrNoBudget
+	case stopRetryAfter:
+		return ErrRetryAfterTooLong
 	}
 	return nil
 }
 
 // Exit implements watertight.Policy: it returns nil on success, the error
 // as it is when it was not worth retrying (or the caller's context ended),
-// an *ExhaustedError when every attempt failed, and a *SkippedError when a
-// retry was skipped.
+// an *ExhaustedError when every attempt failed, a *RetryAfterError when the
+// server asked for a wait longer than Config.MaxRetryAfter, and a
+// *SkippedError when a retry was skipped for another reason.
 func (p *Policy) Exit(ctx context.Context, t watertight.Ticket, err error) error {
 	if err == nil {
 		return nil
@@ -291,6 +319,8 @@ func (p *Policy) Exit(ctx context.Context, t watertight.Ticket, err error) error
 		return err
 	case stopExhausted:
 		return &ExhaustedError{Attempts: attempts(t), Last: err}
+	case stopRetryAfter:
+		return &RetryAfterError{Attempts: attempts(t), Wait: time.Duration(t.Start), Max: p.cfg.MaxRetryAfter, Err: err}
 	default:
 		return &SkippedError{Attempts: attempts(t), Reason: reasonErr(r), Err: err}
 	}

@@ -169,7 +169,7 @@ func TestOnlyIdempotentCallsAreRetried(t *testing.T) {
 
 func TestRetryAfterIsHonouredAndCapped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := mustPolicy(t, retry.Config{Idempotent: true, Backoff: constant(t, time.Millisecond), MaxDelay: 5 * time.Second})
+		p := mustPolicy(t, retry.Config{Idempotent: true, Backoff: constant(t, time.Millisecond), MaxDelay: 5 * time.Second, MaxRetryAfter: -1})
 		calls := 0
 		start := time.Now()
 		_, err := retry.Do(context.Background(), p, failing(&calls, retry.After(errors.New("429"), 2*time.Second), nil))
@@ -181,6 +181,76 @@ func TestRetryAfterIsHonouredAndCapped(t *testing.T) {
 		_, err = retry.Do(context.Background(), p, failing(&calls, retry.After(errors.New("503"), 484289*time.Hour), nil))
 		if err != nil || time.Since(start) != 5*time.Second {
 			t.Fatalf("err %v after %v, want MaxDelay 5s", err, time.Since(start))
+		}
+	})
+}
+
+// A server's requested wait beyond MaxRetryAfter (5s by default) is neither
+// slept through nor cut short: the call returns at once with a
+// *RetryAfterError that carries the wait and the attempt's error.
+func TestRetryAfterBeyondCapReturnsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		max      time.Duration
+		wantMax  time.Duration
+		askedFor time.Duration
+	}{
+		{"default cap", 0, retry.DefaultMaxRetryAfter, 24 * time.Hour},
+		{"own cap", 2 * time.Second, 2 * time.Second, 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var events []retry.Event
+				p := mustPolicy(t, retry.Config{Idempotent: true, MaxRetryAfter: tc.max,
+					OnEvent: func(ev retry.Event) { events = append(events, ev) }})
+				calls := 0
+				last := errors.New("503")
+				start := time.Now()
+				_, err := retry.Do(context.Background(), p, failing(&calls, retry.After(last, tc.askedFor), nil))
+				if elapsed := time.Since(start); elapsed != 0 || calls != 1 {
+					t.Fatalf("%d calls, returned after %v; want 1 call and no wait", calls, elapsed)
+				}
+				var ra *retry.RetryAfterError
+				if !errors.As(err, &ra) || ra.Wait != tc.askedFor || ra.Max != tc.wantMax || ra.Attempts != 1 {
+					t.Fatalf("err = %v (%#v), want a *RetryAfterError{Wait: %v, Max: %v, Attempts: 1}", err, ra, tc.askedFor, tc.wantMax)
+				}
+				if !errors.Is(err, retry.ErrRetryAfterTooLong) || !errors.Is(err, last) {
+					t.Fatalf("err = %v: want it to match ErrRetryAfterTooLong and the attempt's error", err)
+				}
+				if !watertight.IsOverloaded(err) || watertight.IsRejection(err) || retry.IsTransient(err) {
+					t.Fatalf("err = %v: want overloaded, not a rejection, not transient for a layer above", err)
+				}
+				if d, ok := retry.RetryAfter(err); !ok || d != tc.askedFor {
+					t.Fatalf("RetryAfter(err) = %v, %v", d, ok)
+				}
+				if len(events) != 1 || events[0].Kind != retry.Skipped || events[0].Reason != retry.ErrRetryAfterTooLong || events[0].Delay != tc.askedFor {
+					t.Fatalf("events = %+v, want one Skipped with ErrRetryAfterTooLong and the requested wait", events)
+				}
+				if !strings.Contains(err.Error(), tc.askedFor.String()) {
+					t.Fatalf("message %q does not give the requested wait", err)
+				}
+			})
+		})
+	}
+}
+
+// A wait up to MaxRetryAfter is honoured; a negative MaxRetryAfter honours
+// any (capped by MaxDelay).
+func TestRetryAfterWithinCapIsHonoured(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			max, asked, want time.Duration
+		}{
+			{0, retry.DefaultMaxRetryAfter, retry.DefaultMaxRetryAfter},
+			{-1, 24 * time.Hour, retry.DefaultMaxDelay},
+		} {
+			p := mustPolicy(t, retry.Config{Idempotent: true, MaxRetryAfter: tc.max})
+			calls := 0
+			start := time.Now()
+			_, err := retry.Do(context.Background(), p, failing(&calls, retry.After(errors.New("429"), tc.asked), nil))
+			if err != nil || calls != 2 || time.Since(start) != tc.want {
+				t.Fatalf("MaxRetryAfter %v, asked %v: err %v, %d calls after %v; want success after %v", tc.max, tc.asked, err, calls, time.Since(start), tc.want)
+			}
 		}
 	})
 }
