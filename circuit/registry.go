@@ -2,18 +2,25 @@ package circuit
 
 import (
 	"sort"
+	"time"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/internal/keyed"
 )
 
 // ErrTooManyKeys is returned by Registry.Get when the registry holds
-// MaxKeys breakers and none of them is closed (only closed breakers are
-// evicted to make room: an open one carries state that matters).
+// MaxKeys breakers and none of them may be evicted: each is open, half-open
+// or set by an operator, or has a failure in its window, and was used within
+// RegistryConfig.Retain (see Registry.Get).
 var ErrTooManyKeys = watertight.NewRejection("circuit: too many keys")
 
-// DefaultMaxKeys is the bound used when RegistryConfig.MaxKeys is zero.
-const DefaultMaxKeys = 1000
+const (
+	// DefaultMaxKeys is the bound used when RegistryConfig.MaxKeys is zero.
+	DefaultMaxKeys = 1000
+	// DefaultRetain is the time used when RegistryConfig.Retain is zero:
+	// the default longest opening (10·DefaultOpenDuration).
+	DefaultRetain = 5 * time.Minute
+)
 
 // RegistryConfig configures a Registry.
 type RegistryConfig struct {
@@ -26,6 +33,14 @@ type RegistryConfig struct {
 	// DefaultMaxKeys (1000); negative means unbounded (only for a key set
 	// you control: keys taken from requests can grow without end).
 	MaxKeys int
+	// Retain is how long a breaker that holds state worth keeping (open,
+	// half-open, or closed with a failure, a slow call or a counted
+	// saturation in its window) is kept after its last Get, when the
+	// registry is full and needs room. Zero means DefaultRetain (5m); a
+	// negative value means for ever: such a breaker is evicted only once it
+	// has closed with a clean window. Breakers forced open, disabled or
+	// metrics-only are never evicted, whatever Retain says.
+	Retain time.Duration
 }
 
 // Registry gives one breaker per key — a dependency, a host, an endpoint —
@@ -46,8 +61,12 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	if max == 0 {
 		max = DefaultMaxKeys
 	}
+	retain := cfg.Retain
+	if retain == 0 {
+		retain = DefaultRetain
+	}
 	r := &Registry{cfg: cfg.Config}
-	r.m = keyed.New(max, func(key string) (*Breaker, error) {
+	r.m = keyed.NewIdle(max, func(key string) (*Breaker, error) {
 		c := r.cfg
 		c.Name = key
 		b, err := New(c)
@@ -56,17 +75,47 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		}
 		b.evName, b.evKey = r.cfg.Name, key // before b is published
 		return b, nil
-	}, func(b *Breaker) bool { return b.State() == Closed })
+	}, func(b *Breaker, idle time.Duration) bool { return b.evictable(idle, retain) })
 	return r, nil
 }
 
-// Get returns the breaker for key, creating it closed on first use. When the
-// registry is full it evicts a closed breaker to make room — any closed one,
-// not the least recently used, and its window is lost: a caller still holding
-// it records into a breaker nobody else sees, and the key's next Get starts
-// afresh. If every breaker is in another state, Get returns ErrTooManyKeys.
-// Size MaxKeys above the number of keys you expect, so that eviction is the
-// exception that protects memory, not a routine.
+// evictable says whether a registry may drop b, unused for idle at least, to
+// make room. Dropping a closed breaker whose window holds only successes
+// loses no failure: its key starts afresh, closed, which is where it was. Anything else is evidence about the dependency — an opening,
+// a trial under way, failures on their way to a trip — and goes only once
+// nobody has asked for it for retain (< 0: never); an operator's setting
+// never does. It takes b's lock briefly (Snapshot): eviction is the registry's
+// slow path.
+func (b *Breaker) evictable(idle, retain time.Duration) bool {
+	s := b.Snapshot()
+	switch s.State {
+	case Closed:
+		if s.Failures == 0 && s.SlowCalls == 0 && s.Saturated == 0 {
+			return true
+		}
+	case Open, HalfOpen:
+	default: // forced open, disabled, metrics-only
+		return false
+	}
+	return retain >= 0 && idle >= retain
+}
+
+// Get returns the breaker for key, creating it closed on first use. Looking
+// up a key already held takes no lock and allocates nothing.
+//
+// When the registry is full, a new key evicts the least recently used
+// breaker that holds nothing worth keeping: a closed one whose window has no
+// failure, slow call or counted saturation. Breakers that are open or
+// half-open, or whose window holds a failure, are kept while they are in use
+// (a Get of their key within RegistryConfig.Retain), so a stream of new keys
+// never resets a key whose dependency is failing; those set by ForceOpen,
+// Disable or SetMetricsOnly are never evicted. If no breaker may be evicted,
+// Get returns ErrTooManyKeys and creates nothing. An evicted breaker keeps
+// working for a caller still holding it, but records into a breaker nobody
+// else sees; the key's next Get starts afresh. Recency is approximate (a
+// second-chance sweep over the breakers, see internal/keyed). Size MaxKeys
+// above the number of keys you expect, so that eviction is the exception
+// that protects memory, not a routine.
 //
 // A refusal is sent to Config.Listener as an EventRejected with the key.
 func (r *Registry) Get(key string) (*Breaker, error) {
