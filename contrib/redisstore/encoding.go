@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,8 +15,15 @@ import (
 
 // The value stored under a key is one of
 //
-//	wt1:c:<token>:<fingerprint>   a claim: 32 hex digits of token, then the fingerprint as is
-//	wt1:r:<record>                a completed record, in the binary layout below
+//	wt1:l:<token>:<lock end>:<fingerprint>   a claim: 32 hex digits of token, the lock's end, then the fingerprint as is
+//	wt1:r:<record>                           a completed record, in the binary layout below
+//	wt1:c:<token>:<fingerprint>              a claim written by an older version of the store
+//
+// A claim's Redis key lives for the result TTL; its lock ends when the key's
+// PTTL has come down to the lock's end, a decimal number of milliseconds
+// (the result TTL less the lock TTL): from then on the claim reads Unknown
+// and its token owns nothing. An older version's claim (wt1:c:) lived only
+// for its lock TTL and reads InFlight until Redis drops it.
 //
 // "wt1" is the encoding's version: a later layout gets another number, and
 // this one refuses values it does not know instead of misreading them.
@@ -34,14 +42,16 @@ import (
 // may follow the body. Bytes are kept as they are (no UTF-8 assumption), so
 // any header value and body replay exactly.
 const (
-	claimTag  = "wt1:c:"
-	recordTag = "wt1:r:"
+	claimTag    = "wt1:l:"
+	oldClaimTag = "wt1:c:"
+	recordTag   = "wt1:r:"
 )
 
 // encodeClaim returns the value of a claim held by token for a request with
-// fingerprint fp.
-func encodeClaim(token, fp string) string {
-	return claimTag + token + ":" + fp
+// fingerprint fp, whose lock ends when the key's PTTL is down to lockEnd
+// milliseconds.
+func encodeClaim(token string, lockEnd int64, fp string) string {
+	return claimPrefix(token) + strconv.FormatInt(lockEnd, 10) + ":" + fp
 }
 
 // claimPrefix returns the start of every claim value held by token: what
@@ -83,15 +93,36 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// decodeValue decodes a stored value: a claim gives State InFlight with the
-// claim's fingerprint, a record gives State Completed with the record. The
-// error says what is wrong with a value it cannot decode.
-func decodeValue(v string) (idempotency.Claim, error) {
+// decodeValue decodes a stored value whose Redis key has pttl milliseconds
+// left (Redis's PTTL): a claim gives State InFlight with the claim's
+// fingerprint while pttl is above its lock's end and Unknown after, a record
+// gives State Completed with the record. The error says what is wrong with a
+// value it cannot decode.
+func decodeValue(v string, pttl int64) (idempotency.Claim, error) {
 	switch {
 	case strings.HasPrefix(v, claimTag):
 		rest := v[len(claimTag):]
 		if len(rest) < tokenLen+1 || rest[tokenLen] != ':' || !isToken(rest[:tokenLen]) {
-			return idempotency.Claim{}, errors.New("malformed claim: want wt1:c:<32 hex digits>:<fingerprint>")
+			return idempotency.Claim{}, errors.New("malformed claim: want wt1:l:<32 hex digits>:<lock end>:<fingerprint>")
+		}
+		rest = rest[tokenLen+1:]
+		i := strings.IndexByte(rest, ':')
+		if i < 1 || i > 19 {
+			return idempotency.Claim{}, errors.New("malformed claim: want wt1:l:<32 hex digits>:<lock end>:<fingerprint>")
+		}
+		lockEnd, err := strconv.ParseUint(rest[:i], 10, 63)
+		if err != nil {
+			return idempotency.Claim{}, fmt.Errorf("malformed claim: lock end %q is not a number of milliseconds", rest[:i])
+		}
+		c := idempotency.Claim{State: idempotency.InFlight, Fingerprint: rest[i+1:]}
+		if pttl <= int64(lockEnd) {
+			c.State = idempotency.Unknown
+		}
+		return c, nil
+	case strings.HasPrefix(v, oldClaimTag):
+		rest := v[len(claimTag):]
+		if len(rest) < tokenLen+1 || rest[tokenLen] != ':' || !isToken(rest[:tokenLen]) {
+			return idempotency.Claim{}, errors.New("malformed older claim: want wt1:c:<32 hex digits>:<fingerprint>")
 		}
 		return idempotency.Claim{State: idempotency.InFlight, Fingerprint: rest[tokenLen+1:]}, nil
 	case strings.HasPrefix(v, recordTag):
@@ -101,7 +132,7 @@ func decodeValue(v string) (idempotency.Claim, error) {
 		}
 		return idempotency.Claim{State: idempotency.Completed, Fingerprint: rec.Fingerprint, Record: rec}, nil
 	case strings.HasPrefix(v, "wt1:"):
-		return idempotency.Claim{}, fmt.Errorf("unknown value kind %q (want wt1:c: or wt1:r:)", prefixOf(v, 6))
+		return idempotency.Claim{}, fmt.Errorf("unknown value kind %q (want wt1:l:, wt1:r: or wt1:c:)", prefixOf(v, 6))
 	}
 	if ver, ok := version(v); ok {
 		return idempotency.Claim{}, fmt.Errorf("unsupported encoding version %q: written by another version of redisstore", ver)

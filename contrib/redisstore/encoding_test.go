@@ -50,7 +50,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Status: 599, Fingerprint: strings.Repeat("f", 300), Body: bytes.Repeat([]byte{0}, 70000)},
 	} {
 		v := string(encodeRecord(&rec))
-		c, err := decodeValue(v)
+		c, err := decodeValue(v, 1000)
 		if err != nil {
 			t.Fatalf("decode(encode(%+v)): %v", rec, err)
 		}
@@ -59,7 +59,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		}
 	}
 	// The zero time stays the zero time.
-	c, _ := decodeValue(string(encodeRecord(&idempotency.Record{})))
+	c, _ := decodeValue(string(encodeRecord(&idempotency.Record{})), 1000)
 	if !c.Record.Created.IsZero() || c.Record.Body != nil || c.Record.Header != nil {
 		t.Fatalf("zero record decoded as %+v", *c.Record)
 	}
@@ -70,15 +70,30 @@ func TestClaimValue(t *testing.T) {
 	if !isToken(tok) || tok == newToken() {
 		t.Fatalf("newToken gave %q", tok)
 	}
-	for _, fp := range []string{"", "fp", "a:b:c", "\x00\xff"} {
-		v := encodeClaim(tok, fp)
+	for _, fp := range []string{"", "fp", "a:b:c", "12:34", "\x00\xff"} {
+		v := encodeClaim(tok, 5000, fp)
 		if !strings.HasPrefix(v, claimPrefix(tok)) {
 			t.Fatalf("claim %q does not start with its prefix", v)
 		}
-		c, err := decodeValue(v)
-		if err != nil || c.State != idempotency.InFlight || c.Fingerprint != fp || c.Token != "" || c.Record != nil {
-			t.Fatalf("decode(claim %q) = %+v, %v", v, c, err)
+		// The lock runs while the key's PTTL is above the lock's end, and
+		// has ended from then on: the claim is Unknown.
+		for pttl, want := range map[int64]idempotency.ClaimState{
+			86_400_000: idempotency.InFlight, 5001: idempotency.InFlight,
+			5000: idempotency.Unknown, 1: idempotency.Unknown, -1: idempotency.Unknown,
+		} {
+			c, err := decodeValue(v, pttl)
+			if err != nil || c.State != want || c.Fingerprint != fp || c.Token != "" || c.Record != nil {
+				t.Fatalf("decode(claim %q, PTTL %d) = %+v, %v; want %v", v, pttl, c, err, want)
+			}
 		}
+	}
+	// A claim with no time after its lock: in flight until Redis drops it.
+	if c, err := decodeValue(encodeClaim(tok, 0, "fp"), 1); err != nil || c.State != idempotency.InFlight {
+		t.Fatalf("decode(claim with lock end 0, PTTL 1) = %+v, %v; want in flight", c, err)
+	}
+	// An older version's claim reads in flight whatever its PTTL.
+	if c, err := decodeValue(oldClaimTag+tok+":fp", 1); err != nil || c.State != idempotency.InFlight || c.Fingerprint != "fp" {
+		t.Fatalf("decode(older claim) = %+v, %v; want in flight with fp", c, err)
 	}
 }
 
@@ -91,10 +106,17 @@ func TestDecodeErrors(t *testing.T) {
 		{"wt:", "not written by redisstore"},
 		{"wt12:c:x", `unsupported encoding version "wt12"`},
 		{"wt1:", "unknown value kind"},
-		{"wt1:c:", "malformed claim"},
-		{"wt1:c:" + strings.Repeat("a", 32), "malformed claim"},
-		{"wt1:c:" + strings.Repeat("a", 32) + "x", "malformed claim"},
-		{"wt1:c:" + strings.Repeat("g", 32) + ":", "malformed claim"},
+		{"wt1:c:", "malformed older claim"},
+		{"wt1:c:" + strings.Repeat("a", 32), "malformed older claim"},
+		{"wt1:c:" + strings.Repeat("a", 32) + "x", "malformed older claim"},
+		{"wt1:c:" + strings.Repeat("g", 32) + ":", "malformed older claim"},
+		{"wt1:l:", "malformed claim"},
+		{"wt1:l:" + strings.Repeat("a", 32) + ":", "malformed claim"},
+		{"wt1:l:" + strings.Repeat("a", 32) + ":fp", "malformed claim"},
+		{"wt1:l:" + strings.Repeat("a", 32) + "::fp", "malformed claim"},
+		{"wt1:l:" + strings.Repeat("a", 32) + ":-5:fp", "lock end \"-5\" is not a number"},
+		{"wt1:l:" + strings.Repeat("a", 32) + ":99999999999999999999:fp", "malformed claim"},
+		{"wt1:l:" + strings.Repeat("g", 32) + ":5:fp", "malformed claim"},
 		{"wt1:r:", "bad or truncated status"},
 		{good[:len(good)-1], "body length 4 is past the end"},
 		{good + "\x00", "1 unexpected bytes after the body"},
@@ -102,7 +124,7 @@ func TestDecodeErrors(t *testing.T) {
 		{recordTag + "\x00\x00\x00\x00\xff\xff\xff\xff\x0f", "header count 4294967295 is more than"},
 		{recordTag + "\x00\x00\x80\x94\xeb\xdc\x03\x00\x00\x00", "created nanoseconds 1000000000 out of range"},
 	} {
-		_, err := decodeValue(tc.v)
+		_, err := decodeValue(tc.v, 1000)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("decodeValue(%q) err = %v, want %q", tc.v, err, tc.want)
 		}
@@ -122,14 +144,16 @@ func TestMillis(t *testing.T) {
 // to a value that decodes to the same thing.
 func FuzzDecodeValue(f *testing.F) {
 	rec := testRecord()
-	f.Add(string(encodeRecord(&rec)))
-	f.Add(string(encodeRecord(&idempotency.Record{})))
-	f.Add(encodeClaim(strings.Repeat("0", 32), "POST /x"))
-	f.Add("wt1:r:\x00\x00\x00\x00\x02\x01a\x01\x01b\x01c\x00")
-	f.Add("wt2:r:")
-	f.Add("garbage")
-	f.Fuzz(func(t *testing.T, v string) {
-		c, err := decodeValue(v)
+	f.Add(string(encodeRecord(&rec)), int64(1000))
+	f.Add(string(encodeRecord(&idempotency.Record{})), int64(1000))
+	f.Add(encodeClaim(strings.Repeat("0", 32), 5000, "POST /x"), int64(6000))
+	f.Add(encodeClaim(strings.Repeat("0", 32), 5000, "POST /x"), int64(5000))
+	f.Add("wt1:c:"+strings.Repeat("0", 32)+":fp", int64(1))
+	f.Add("wt1:r:\x00\x00\x00\x00\x02\x01a\x01\x01b\x01c\x00", int64(1000))
+	f.Add("wt2:r:", int64(1000))
+	f.Add("garbage", int64(-1))
+	f.Fuzz(func(t *testing.T, v string, pttl int64) {
+		c, err := decodeValue(v, pttl)
 		if err != nil {
 			if c.State != 0 {
 				t.Fatalf("error %v with state %v", err, c.State)
@@ -137,12 +161,12 @@ func FuzzDecodeValue(f *testing.F) {
 			return
 		}
 		switch c.State {
-		case idempotency.InFlight:
+		case idempotency.InFlight, idempotency.Unknown:
 			if c.Record != nil || !strings.HasSuffix(v, c.Fingerprint) {
 				t.Fatalf("claim %q decoded as %+v", v, c)
 			}
 		case idempotency.Completed:
-			again, err := decodeValue(string(encodeRecord(c.Record)))
+			again, err := decodeValue(string(encodeRecord(c.Record)), pttl)
 			if err != nil || !equalRecords(again.Record, c.Record) || again.Fingerprint != c.Fingerprint {
 				t.Fatalf("re-encoding %+v: %+v, %v", *c.Record, again, err)
 			}
@@ -159,7 +183,7 @@ func FuzzRecordRoundTrip(f *testing.F) {
 	f.Add("", -7, "", "", []byte(nil), int64(-62135596800), int64(0))
 	f.Fuzz(func(t *testing.T, fp string, status int, hk, hv string, body []byte, sec, nsec int64) {
 		rec := idempotency.Record{Fingerprint: fp, Status: status, Header: http.Header{hk: {hv, hv + "2"}}, Body: body, Created: time.Unix(sec, nsec)}
-		c, err := decodeValue(string(encodeRecord(&rec)))
+		c, err := decodeValue(string(encodeRecord(&rec)), 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +209,7 @@ func BenchmarkDecodeRecord(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := decodeValue(v); err != nil {
+			if _, err := decodeValue(v, 1000); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -27,16 +27,26 @@ func TestClaimScriptRetried(t *testing.T) {
 	key := "watertight-test:" + newToken() + ":retried"
 	defer c.Del(ctx, key)
 
-	mine := encodeClaim(newToken(), "fp")
+	life, lockEnd := millis(time.Hour), millis(time.Hour-time.Minute)
+	mine := encodeClaim(newToken(), lockEnd, "fp")
 	for attempt := range 2 {
-		res, err := claimScript.Run(ctx, c, []string{key}, mine, millis(time.Minute)).Result()
+		res, err := claimScript.Run(ctx, c, []string{key}, mine, life, lockEnd).Result()
 		if err != nil || res != int64(1) {
 			t.Fatalf("attempt %d of the same claim: %v, %v; want 1 (claimed)", attempt, res, err)
 		}
 	}
-	other := encodeClaim(newToken(), "fp")
-	res, err := claimScript.Run(ctx, c, []string{key}, other, millis(time.Minute)).Result()
-	if err != nil || res != mine {
-		t.Fatalf("another caller's claim: %v, %v; want the held claim's value", res, err)
+	other := encodeClaim(newToken(), lockEnd, "fp")
+	res, err := claimScript.Run(ctx, c, []string{key}, other, life, lockEnd).Result()
+	if r, ok := res.([]any); err != nil || !ok || len(r) != 2 || r[0] != mine {
+		t.Fatalf("another caller's claim: %v, %v; want the held claim's value and PTTL", res, err)
+	}
+	// Once the lock has ended, the same call's retry is not handed the key
+	// again: the claim is Unknown.
+	if err := c.PExpire(ctx, key, time.Duration(lockEnd)*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err = claimScript.Run(ctx, c, []string{key}, mine, life, lockEnd).Result()
+	if r, ok := res.([]any); err != nil || !ok || len(r) != 2 || r[0] != mine {
+		t.Fatalf("the same claim after its lock ended: %v, %v; want the value and PTTL (unknown)", res, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/watertight-go/watertight/backoff"
 	"github.com/watertight-go/watertight/idempotency"
 )
 
@@ -95,53 +96,72 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 // key: Config.KeyPrefix followed by key.
 func (s *Store) Key(key string) string { return s.prefix + key }
 
-// claimScript claims KEYS[1] when it is absent (SET NX PX): it sets it to
-// the claim value ARGV[1] (which holds a fresh token) for ARGV[2]
-// milliseconds and returns 1. Otherwise it returns the stored value for the
-// caller to decode. A value equal to ARGV[1] is the caller's own claim, set
-// by an earlier attempt of this same call whose reply was lost (the client
+// claimScript claims KEYS[1] when it is absent: it sets it to the claim
+// value ARGV[1] (which holds a fresh token and the lock's end) for ARGV[2]
+// milliseconds (the result TTL) and returns 1. Otherwise it returns the
+// stored value and its PTTL, for the caller to decode: a claim whose PTTL
+// has come down to the lock's end written in it is Unknown. A value equal
+// to ARGV[1] whose lock still runs is the caller's own claim, set by an
+// earlier attempt of this same call whose reply was lost (the client
 // retried it): that is claimed too.
 var claimScript = redis.NewScript(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 1
-end
 local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == false then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end
-return v
+local pttl = redis.call('PTTL', KEYS[1])
+if v == ARGV[1] and pttl > tonumber(ARGV[3]) then
+  return 1
+end
+return {v, pttl}
 `)
 
+// owned is the Lua test shared by the Complete and Release scripts: v is the
+// claim whose value starts with ARGV[1] (the claim tag and the owner's
+// token) and its lock has not ended — the key's PTTL is still above the
+// lock's end, the number that follows the prefix.
+const owned = `
+local function owned(v)
+  if v == false or string.sub(v, 1, string.len(ARGV[1])) ~= ARGV[1] then
+    return false
+  end
+  local lockEnd = tonumber(string.match(v, '^(%d+):', string.len(ARGV[1]) + 1))
+  return lockEnd ~= nil and redis.call('PTTL', KEYS[1]) > lockEnd
+end
+`
+
 // completeScript replaces the claim of KEYS[1] with the record ARGV[2],
-// kept for ARGV[3] milliseconds, if the claim is still the one whose value
-// starts with ARGV[1] (the claim tag and the owner's token); it returns 1
-// then and 0 otherwise.
-var completeScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v ~= false and string.sub(v, 1, string.len(ARGV[1])) == ARGV[1] then
+// kept for ARGV[3] milliseconds, if the claim is still owned by the token
+// in ARGV[1] and its lock has not ended; it returns 1 then and 0 otherwise.
+var completeScript = redis.NewScript(owned + `
+if owned(redis.call('GET', KEYS[1])) then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end
 return 0
 `)
 
-// releaseScript deletes KEYS[1] if it is still the claim whose value starts
-// with ARGV[1]; it returns 1 then and 0 otherwise.
-var releaseScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v ~= false and string.sub(v, 1, string.len(ARGV[1])) == ARGV[1] then
+// releaseScript deletes KEYS[1] if its claim is still owned by the token in
+// ARGV[1] and its lock has not ended; it returns 1 then and 0 otherwise.
+var releaseScript = redis.NewScript(owned + `
+if owned(redis.call('GET', KEYS[1])) then
   redis.call('DEL', KEYS[1])
   return 1
 end
 return 0
 `)
 
-// Claim implements idempotency.Store: in one Lua script it claims key for
-// lockTTL (SET NX PX: a Redis TTL) when it is absent, or returns what holds
-// it — an unfinished claim (InFlight, with its fingerprint) or a stored
-// record (Completed). A stored value it cannot decode gives an error that
-// wraps ErrCorrupt. key must not be empty and lockTTL must be positive;
-// Redis keeps it in milliseconds, rounded down, and at least 1 ms.
+// Claim implements idempotency.Store: in one Lua script it claims key when
+// it is absent, or returns what holds it — a claim whose lock runs
+// (InFlight, with its fingerprint), a claim whose lock has ended without a
+// result (Unknown), or a stored record (Completed). A new claim's Redis key
+// lives for ttl (the result TTL, or lockTTL if that is longer); the lock's
+// end is written in its value as the PTTL at which the lock has run for
+// lockTTL, so the lock is timed by Redis's own key expiry, with no clock
+// of the process. A stored value it cannot decode gives an error that wraps
+// ErrCorrupt. key must not be empty and lockTTL must be positive; Redis
+// keeps times in milliseconds, rounded down, and at least 1 ms.
 func (s *Store) Claim(ctx context.Context, key, fp string, lockTTL, ttl time.Duration) (idempotency.Claim, error) {
 	if key == "" {
 		return idempotency.Claim{}, errors.New("redisstore: Claim key must not be empty")
@@ -151,7 +171,10 @@ func (s *Store) Claim(ctx context.Context, key, fp string, lockTTL, ttl time.Dur
 	}
 	token := newToken()
 	rkey := s.prefix + key
-	res, err := claimScript.Run(ctx, s.client, []string{rkey}, encodeClaim(token, fp), millis(lockTTL)).Result()
+	lock := millis(lockTTL)
+	life := max(millis(ttl), lock)
+	lockEnd := life - lock
+	res, err := claimScript.Run(ctx, s.client, []string{rkey}, encodeClaim(token, lockEnd, fp), life, lockEnd).Result()
 	if err != nil {
 		return idempotency.Claim{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
@@ -160,19 +183,27 @@ func (s *Store) Claim(ctx context.Context, key, fp string, lockTTL, ttl time.Dur
 		if v == 1 {
 			return idempotency.Claim{State: idempotency.Claimed, Token: token}, nil
 		}
-	case string:
-		c, err := decodeValue(v)
-		if err != nil {
-			return idempotency.Claim{}, fmt.Errorf("%w at Redis key %q: %v", ErrCorrupt, rkey, err)
+	case []any:
+		if len(v) == 2 {
+			val, ok1 := v[0].(string)
+			pttl, ok2 := v[1].(int64)
+			if ok1 && ok2 {
+				c, err := decodeValue(val, pttl)
+				if err != nil {
+					return idempotency.Claim{}, fmt.Errorf("%w at Redis key %q: %v", ErrCorrupt, rkey, err)
+				}
+				return c, nil
+			}
 		}
-		return c, nil
 	}
 	return idempotency.Claim{}, fmt.Errorf("redisstore: claim: unexpected reply %T %v from the Lua script", res, res)
 }
 
-// Complete implements idempotency.Store: if token still owns key's claim,
-// it replaces the claim with rec, kept for ttl (a Redis TTL), in one Lua
-// script; otherwise it returns idempotency.ErrNotOwner. A record whose
+// Complete implements idempotency.Store: if token still owns key's claim
+// and its lock has not ended, it replaces the claim with rec, kept for ttl
+// stretched by up to 5% at random (backoff.SpreadUp: never shorter, so that
+// results stored together do not all expire together), a Redis TTL, in one
+// Lua script; otherwise it returns idempotency.ErrNotOwner. A record whose
 // encoding is larger than Config.MaxRecordBytes gets an error that wraps
 // idempotency.ErrTooLarge, and the claim stays held (release it). ttl must
 // be positive.
@@ -187,7 +218,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec idempotency
 	if s.maxBytes >= 0 && len(value) > s.maxBytes {
 		return fmt.Errorf("redisstore: %w: %d bytes encoded, Config.MaxRecordBytes is %d", idempotency.ErrTooLarge, len(value), s.maxBytes)
 	}
-	n, err := completeScript.Run(ctx, s.client, []string{s.prefix + key}, claimPrefix(token), value, millis(ttl)).Int64()
+	n, err := completeScript.Run(ctx, s.client, []string{s.prefix + key}, claimPrefix(token), value, millis(backoff.SpreadUp(ttl, ttlSpread))).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: %w", err)
 	}
@@ -197,8 +228,8 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec idempotency
 	return nil
 }
 
-// Release implements idempotency.Store: if token still owns key's claim,
-// it deletes the key (compare-and-delete, in one Lua script), so the next
+// Release implements idempotency.Store: if token still owns key's claim
+// and its lock has not ended, it deletes the key (compare-and-delete, in one Lua script), so the next
 // request with the key runs; otherwise it returns idempotency.ErrNotOwner.
 func (s *Store) Release(ctx context.Context, key, token string) error {
 	if !isToken(token) {
@@ -213,6 +244,10 @@ func (s *Store) Release(ctx context.Context, key, token string) error {
 	}
 	return nil
 }
+
+// ttlSpread is the fraction by which Complete stretches a result's TTL at
+// most.
+const ttlSpread = 0.05
 
 // tokenLen is the length of a token: 16 random bytes in lower-case hex.
 const tokenLen = 32

@@ -120,9 +120,10 @@ func TestClaimCompleteReplay(t *testing.T) {
 	if len(c.Token) != 32 {
 		t.Fatalf("token %q: want 32 hex digits", c.Token)
 	}
-	// The claim lives in Redis with the lock TTL.
-	if pttl := client.PTTL(ctx, s.Key("pay-1")).Val(); pttl <= 0 || pttl > lockTTL {
-		t.Fatalf("claim PTTL = %v, want in (0, %v]", pttl, lockTTL)
+	// The claim lives in Redis for the result TTL (an hour, mustClaim's),
+	// its lock inside it.
+	if pttl := client.PTTL(ctx, s.Key("pay-1")).Val(); pttl <= lockTTL || pttl > time.Hour {
+		t.Fatalf("claim PTTL = %v, want in (%v, %v]", pttl, lockTTL, time.Hour)
 	}
 	mustClaim(t, s, "pay-1", "fpA", lockTTL, idempotency.InFlight)
 
@@ -130,8 +131,8 @@ func TestClaimCompleteReplay(t *testing.T) {
 	if err := s.Complete(ctx, "pay-1", c.Token, rec, ttl); err != nil {
 		t.Fatal(err)
 	}
-	if pttl := client.PTTL(ctx, s.Key("pay-1")).Val(); pttl <= lockTTL || pttl > ttl {
-		t.Fatalf("record PTTL = %v, want in (%v, %v]", pttl, lockTTL, ttl)
+	if pttl := client.PTTL(ctx, s.Key("pay-1")).Val(); pttl <= ttl-time.Minute || pttl > ttl+ttl/20 {
+		t.Fatalf("record PTTL = %v, want about %v, stretched by at most 5%%", pttl, ttl)
 	}
 	for range 2 { // replayed as often as asked
 		got := mustClaim(t, s, "pay-1", "fpA", lockTTL, idempotency.Completed)
@@ -215,27 +216,52 @@ func TestRelease(t *testing.T) {
 	}
 }
 
-// A claim whose owner died expires after its lock TTL (a real Redis TTL,
-// hence polling), the next request takes the key over, and the dead
-// owner's token can neither complete nor release it any more.
+// A claim whose owner died reads Unknown after its lock TTL (timed by the
+// key's real Redis TTL, hence polling), and the dead owner's token can
+// neither complete nor release it any more; only after the claim's ttl
+// does the next request take the key over.
 func TestLockExpiryAndTakeover(t *testing.T) {
 	s := newStore(t, sharedClient(t))
 	ctx := context.Background()
 	const short = 100 * time.Millisecond
 	start := time.Now()
-	old := mustClaim(t, s, "k", "fp", short, idempotency.Claimed)
-
-	var taken idempotency.Claim
-	eventually(t, 5*time.Second, "the expired claim was not taken over", func() bool {
+	old, err := s.Claim(ctx, "k", "fp", short, 3*short)
+	if err != nil || old.State != idempotency.Claimed {
+		t.Fatalf("Claim: %+v, %v", old, err)
+	}
+	state := func() idempotency.Claim {
 		c, err := s.Claim(ctx, "k", "fp", lockTTL, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}
-		taken = c
-		return c.State == idempotency.Claimed
+		return c
+	}
+	eventually(t, 5*time.Second, "the expired claim never read unknown", func() bool {
+		c := state()
+		if c.State != idempotency.InFlight && c.State != idempotency.Unknown {
+			t.Fatalf("before the claim's ttl: %v, want in flight or unknown", c.State)
+		}
+		return c.State == idempotency.Unknown
 	})
 	if waited := time.Since(start); waited < short-5*time.Millisecond {
-		t.Fatalf("claim taken over after %v, before its %v lock TTL", waited, short)
+		t.Fatalf("claim unknown after %v, before its %v lock TTL", waited, short)
+	}
+	if err := s.Complete(ctx, "k", old.Token, sampleRecord("stale"), ttl); !errors.Is(err, idempotency.ErrNotOwner) {
+		t.Fatalf("Complete by the expired owner: err = %v, want ErrNotOwner", err)
+	}
+	if c := state(); c.State != idempotency.Unknown || c.Fingerprint != "fp" {
+		t.Fatalf("after the expired owner's Complete: %+v, want unknown with fp", c)
+	}
+	var taken idempotency.Claim
+	eventually(t, 5*time.Second, "the unknown claim was not taken over", func() bool {
+		taken = state()
+		if taken.State != idempotency.Claimed && taken.State != idempotency.Unknown {
+			t.Fatalf("after the lock: %v, want unknown or claimed", taken.State)
+		}
+		return taken.State == idempotency.Claimed
+	})
+	if waited := time.Since(start); waited < 3*short-5*time.Millisecond {
+		t.Fatalf("claim taken over after %v, before its %v ttl", waited, 3*short)
 	}
 	if err := s.Complete(ctx, "k", old.Token, sampleRecord("stale"), ttl); !errors.Is(err, idempotency.ErrNotOwner) {
 		t.Fatalf("Complete by the expired owner: err = %v, want ErrNotOwner", err)
@@ -365,7 +391,10 @@ func TestCompleteRacesTakeover(t *testing.T) {
 	ctx := context.Background()
 	for i := range 20 {
 		key := fmt.Sprint("k", i)
-		old := mustClaim(t, sa, key, "fp", time.Millisecond, idempotency.Claimed)
+		old, err := sa.Claim(ctx, key, "fp", time.Millisecond, 2*time.Millisecond)
+		if err != nil || old.State != idempotency.Claimed {
+			t.Fatalf("Claim: %+v, %v", old, err)
+		}
 		var cur idempotency.Claim
 		eventually(t, 5*time.Second, "claim did not expire", func() bool {
 			c, err := sb.Claim(ctx, key, "fp", lockTTL, time.Hour)
@@ -375,6 +404,9 @@ func TestCompleteRacesTakeover(t *testing.T) {
 			cur = c
 			return c.State == idempotency.Claimed
 		})
+		if err := sa.Complete(ctx, key, old.Token, sampleRecord("old"), ttl); !errors.Is(err, idempotency.ErrNotOwner) {
+			t.Fatalf("old owner before the race: %v, want ErrNotOwner", err)
+		}
 		var errOld, errNew error
 		var wg sync.WaitGroup
 		wg.Go(func() { errOld = sa.Complete(ctx, key, old.Token, sampleRecord("old"), ttl) })
@@ -406,7 +438,8 @@ func TestCorruptValue(t *testing.T) {
 		{"hello", "not written by redisstore"},
 		{"wt2:r:whatever", `unsupported encoding version "wt2"`},
 		{"wt1:x:", "unknown value kind"},
-		{"wt1:c:nottoken:fp", "malformed claim"},
+		{"wt1:c:nottoken:fp", "malformed older claim"},
+		{"wt1:l:nottoken:5:fp", "malformed claim"},
 		{good[:len(good)-3], "malformed record"},
 		{good + "x", "unexpected bytes after the body"},
 	}
@@ -470,5 +503,30 @@ func TestCanceledContext(t *testing.T) {
 	cancel()
 	if _, err := s.Claim(ctx, "k", "fp", lockTTL, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim with a canceled context: err = %v, want context.Canceled", err)
+	}
+}
+
+// Complete stretches each result's TTL by up to 5% at random (issue 16),
+// never shortening it: results stored together do not expire together.
+func TestResultTTLSpread(t *testing.T) {
+	client := sharedClient(t)
+	s := newStore(t, client)
+	ctx := context.Background()
+	lo, hi := time.Duration(1<<62), time.Duration(0)
+	for i := range 20 {
+		key := fmt.Sprint("k", i)
+		c := mustClaim(t, s, key, "fp", lockTTL, idempotency.Claimed)
+		if err := s.Complete(ctx, key, c.Token, sampleRecord("fp"), ttl); err != nil {
+			t.Fatal(err)
+		}
+		pttl := client.PTTL(ctx, s.Key(key)).Val()
+		if pttl <= ttl-time.Minute || pttl > ttl+ttl/20 {
+			t.Fatalf("record PTTL = %v, want in [%v, %v] (less the test's own time)", pttl, ttl, ttl+ttl/20)
+		}
+		lo, hi = min(lo, pttl), max(hi, pttl)
+	}
+	// 20 draws from 3 minutes of spread all within 5 s: less than 1e-30.
+	if hi-lo < 5*time.Second {
+		t.Fatalf("20 result TTLs all within %v of each other (%v to %v): not spread", hi-lo, lo, hi)
 	}
 }
