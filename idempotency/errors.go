@@ -27,6 +27,17 @@ var (
 	// ErrStoreUnavailable: the store failed, so the request was not run
 	// (fail closed: 503); retrying with the same key is safe.
 	ErrStoreUnavailable = watertight.NewRejection("idempotency: store unavailable")
+	// ErrOutcomeUnknown: an earlier request with the key may have been
+	// applied, and its outcome was not recorded (the claim's lock ended
+	// without a result, or the result could not be kept); this request was
+	// not run (500, gRPC DATA_LOSS). Sending it again with the same key
+	// gets the same answer: check the resource, and send the request again
+	// with a new key only if it was not applied.
+	ErrOutcomeUnknown = watertight.NewRejection("idempotency: the outcome of the request with this Idempotency-Key is unknown")
+	// ErrForgotten: the key's result was dropped before its TTL to make
+	// room in the store; the key is too old to be replayed, and this
+	// request was not run (410, gRPC FAILED_PRECONDITION).
+	ErrForgotten = watertight.NewRejection("idempotency: the result of this Idempotency-Key was dropped early")
 )
 
 // ErrLockExpiring is the cause (context.Cause) of the end of the context
