@@ -100,3 +100,19 @@ func BenchmarkCheck(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkOutgoingMillis is the Transport's per-request call: the time to
+// send on, in whole milliseconds, for a context with plenty of time left.
+func BenchmarkOutgoingMillis(b *testing.B) {
+	p := benchPropagator(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, ok, err := p.OutgoingMillis(ctx); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+}

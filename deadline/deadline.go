@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -26,17 +27,34 @@ const (
 	// in canonical form.
 	HeaderGRPCTimeout = "Grpc-Timeout"
 	// HeaderEnvoyTimeout is Envoy's x-envoy-expected-rq-timeout-ms header,
-	// whole milliseconds (see ParseMillis), in canonical form.
+	// whole milliseconds (see ParseMillis), in canonical form: the time
+	// Envoy gives the request, set on the requests it forwards.
 	HeaderEnvoyTimeout = "X-Envoy-Expected-Rq-Timeout-Ms"
+	// HeaderEnvoyUpstreamTimeout is Envoy's x-envoy-upstream-rq-timeout-ms
+	// header, whole milliseconds (see ParseMillis), in canonical form: the
+	// timeout a client asks Envoy for, which reaches the server when Envoy
+	// passes it on.
+	HeaderEnvoyUpstreamTimeout = "X-Envoy-Upstream-Rq-Timeout-Ms"
 )
 
 // Defaults used for zero fields of Config.
 const (
-	// DefaultMargin is subtracted from the time left before it is sent on,
-	// for the network and the reply.
+	// DefaultMargin is the largest margin subtracted from the time left
+	// before it is sent on, for the network and the reply (see
+	// Config.Margin).
 	DefaultMargin = 100 * time.Millisecond
+	// DefaultMarginFraction is the share of the time left that the margin
+	// takes, between MarginFloor and Config.Margin (see
+	// Config.MarginFraction).
+	DefaultMarginFraction = 0.1
+	// MarginFloor is the least margin, when Config.Margin is at least that:
+	// the header's resolution, and about a round trip on a local network.
+	MarginFloor = time.Millisecond
 	// DefaultMax is the largest timeout accepted from the wire or sent on.
 	DefaultMax = 5 * time.Minute
+	// DefaultWarnInterval is the least time between two log lines of one
+	// Reason about one header (see Config.WarnInterval).
+	DefaultWarnInterval = 10 * time.Second
 )
 
 // ErrTooShort is the fail-fast answer: too little time is left for the work
@@ -85,10 +103,23 @@ type Config struct {
 	// valid header name and not HeaderGRPCTimeout, whose format differs; it is
 	// used in canonical form.
 	Header string
-	// Margin is subtracted from the remaining time when it is sent on, to
-	// leave room for the network and the reply. Zero means DefaultMargin
-	// (100ms); a negative value means no margin.
+	// Margin is the largest margin: what is subtracted from the remaining
+	// time when it is sent on, to leave room for the network and the reply,
+	// so that the callee gives up before the caller does and its answer can
+	// come back. The margin scales with the time left: it is
+	// MarginFraction of it, at least MarginFloor (or Margin, if that is
+	// smaller) and at most Margin. With the defaults, 5s left sends 4.9s,
+	// 150ms sends 135ms, 50ms sends 45ms, 10ms sends 9ms, and less than 2ms
+	// leaves nothing to send (ErrTooShort). See MarginFor. Zero means
+	// DefaultMargin (100ms); a negative value means no margin at all.
 	Margin time.Duration
+	// MarginFraction is the share of the remaining time that the margin
+	// takes, below Margin: a fixed margin is too much for a 50ms budget
+	// (or all of it) and too little for a minute's. Zero means
+	// DefaultMarginFraction (0.1); a negative value means no scaling, the
+	// margin is always Margin (the rule before MarginFraction). Must be
+	// below 1, and not NaN.
+	MarginFraction float64
 	// Max is the largest timeout accepted from the wire (larger values are
 	// clamped to it) and the largest sent on. Zero means DefaultMax (5
 	// minutes). Must not be negative.
@@ -99,19 +130,30 @@ type Config struct {
 	MinRemaining time.Duration
 	// Logger receives, at Warn, the incoming values that were ignored
 	// (malformed, negative) or that were absurd (beyond a time.Duration) and
-	// clamped, with the header, the value and the reason. If nil,
-	// slog.Default() is used, at the time of each log.
+	// clamped, with the header, the value and the reason; at most one line
+	// per Reason and header each WarnInterval. If nil, slog.Default() is used, at the
+	// time of each log.
 	Logger *slog.Logger
+	// WarnInterval is the least time between two log lines of the same
+	// Reason about the same header: incoming headers come from clients, and a hostile one must
+	// not flood the log. The warnings in between are not logged, only
+	// counted; the next line says how many were left out (suppressed=N).
+	// Every warning, logged or not, is counted by Warned. Zero means
+	// DefaultWarnInterval (10s); a negative value logs every warning.
+	WarnInterval time.Duration
 }
 
 // DefaultConfig returns the configuration that zero fields resolve to:
-// DefaultHeader, a 100ms margin, at most 5 minutes, no minimum, the default
-// logger (nil).
+// DefaultHeader, a margin of a tenth of the time left between 1ms and 100ms,
+// at most 5 minutes, no minimum, the default logger (nil), a warning of each
+// reason logged at most every 10 seconds.
 func DefaultConfig() Config {
 	return Config{
-		Header: DefaultHeader,
-		Margin: DefaultMargin,
-		Max:    DefaultMax,
+		Header:         DefaultHeader,
+		Margin:         DefaultMargin,
+		MarginFraction: DefaultMarginFraction,
+		Max:            DefaultMax,
+		WarnInterval:   DefaultWarnInterval,
 	}
 }
 
@@ -135,6 +177,15 @@ func (c Config) resolve() (Config, error) {
 	}
 	if c.Margin < 0 {
 		c.Margin = 0
+	}
+	if c.MarginFraction != c.MarginFraction || c.MarginFraction >= 1 {
+		return c, bad("MarginFraction", "must be below 1 (0 means 0.1, negative means always Margin)", c.MarginFraction)
+	}
+	if c.MarginFraction == 0 {
+		c.MarginFraction = DefaultMarginFraction
+	}
+	if c.WarnInterval == 0 {
+		c.WarnInterval = DefaultWarnInterval
 	}
 	if c.Max < 0 {
 		return c, bad("Max", "must be >= 0 (0 means 5m0s)", c.Max)
@@ -170,6 +221,7 @@ type source struct {
 	header  string
 	parse   func(string) (time.Duration, error)
 	expired *expiredCache
+	warns   *[numReasons]warnLimit // by Reason
 }
 
 // expiredSlots is the size of the cache of ExpiredError values of a source.
@@ -194,11 +246,17 @@ func (c *expiredCache) get(header string, d time.Duration) *ExpiredError {
 
 // Propagator reads a caller's timeout from request headers, sends the
 // remaining time on, and fails fast when too little is left. It is safe for
-// concurrent use; build it with New. It holds only its resolved
-// configuration.
+// concurrent use; build it with New. It holds its resolved configuration and
+// the counts of its warnings (Warned).
 type Propagator struct {
 	cfg     Config
 	sources []source // the headers read on input, in order of precedence
+	// full is the time left from which the margin is all of Margin (the
+	// fraction would give more); below it the margin scales. The least
+	// Duration when it never scales.
+	full  time.Duration
+	floor time.Duration // the least margin: min(MarginFloor, Margin)
+	start time.Time     // the origin of the warnings' times, on the monotonic clock
 }
 
 // New returns a Propagator for cfg, with defaults for its zero fields. The
@@ -208,12 +266,20 @@ func New(cfg Config) (*Propagator, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Propagator{cfg: c}
+	p := &Propagator{cfg: c, start: time.Now(), floor: min(MarginFloor, c.Margin), full: math.MinInt64}
+	if c.MarginFraction > 0 && c.Margin > 0 {
+		p.full = math.MaxInt64 // when Margin / MarginFraction is beyond a Duration
+		if full := float64(c.Margin) / c.MarginFraction; full < math.MaxInt64 {
+			p.full = time.Duration(full)
+		}
+	}
 	p.sources = append(p.sources,
-		source{c.Header, ParseMillis, new(expiredCache)},
-		source{HeaderGRPCTimeout, ParseGRPCTimeout, new(expiredCache)})
-	if c.Header != HeaderEnvoyTimeout {
-		p.sources = append(p.sources, source{HeaderEnvoyTimeout, ParseMillis, new(expiredCache)})
+		source{c.Header, ParseMillis, new(expiredCache), new([numReasons]warnLimit)},
+		source{HeaderGRPCTimeout, ParseGRPCTimeout, new(expiredCache), new([numReasons]warnLimit)})
+	for _, h := range []string{HeaderEnvoyTimeout, HeaderEnvoyUpstreamTimeout} {
+		if c.Header != h {
+			p.sources = append(p.sources, source{h, ParseMillis, new(expiredCache), new([numReasons]warnLimit)})
+		}
 	}
 	return p, nil
 }
@@ -229,13 +295,30 @@ func (p *Propagator) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// Incoming reads the caller's timeout from h: the configured header first,
-// then grpc-timeout, then Envoy's x-envoy-expected-rq-timeout-ms; the first
-// well-formed one wins. Of a header given several times, the first value
-// counts. An ill-formed value is logged at Warn (header, value, reason) and
-// skipped. The result is clamped to Config.Max; an absurd value (beyond a
-// time.Duration) is clamped and logged too. ok is false when no usable header
-// was present. A result of 0 is valid: the caller has no time left.
+// MarginFor returns the margin subtracted from left, the time remaining,
+// before it is sent on: Config.MarginFraction of left, at least MarginFloor
+// and at most Config.Margin (exactly Margin when MarginFraction is negative,
+// 0 when Margin is). Outgoing, Inject, Value and OutgoingMillis send
+// left - MarginFor(left); a transport that computes the time left itself
+// (the gRPC client interceptor) uses it to apply the same rule.
+func (p *Propagator) MarginFor(left time.Duration) time.Duration {
+	if left >= p.full {
+		return p.cfg.Margin
+	}
+	return max(time.Duration(float64(left)*p.cfg.MarginFraction), p.floor)
+}
+
+// Incoming reads the caller's timeout from h: the configured header,
+// grpc-timeout, and Envoy's x-envoy-expected-rq-timeout-ms and
+// x-envoy-upstream-rq-timeout-ms. Every value is read, of every header,
+// including each element of a comma-separated list ("5000, 50") and each
+// line of a header given several times, and the shortest well-formed one
+// wins: conflicting values never lengthen a deadline. (Empty list elements
+// are skipped, as RFC 9110 asks.) An ill-formed value is counted and logged at
+// Warn (header, value, reason; see Config.WarnInterval) and skipped. The
+// result is clamped to Config.Max; an absurd value (beyond a time.Duration)
+// is clamped and warned about too. ok is false when no usable value was
+// present. A result of 0 is valid: the caller has no time left.
 func (p *Propagator) Incoming(h http.Header) (d time.Duration, ok bool) {
 	d, _, ok = p.incoming(h)
 	return d, ok
@@ -250,31 +333,64 @@ func (p *Propagator) incoming(h http.Header) (time.Duration, string, bool) {
 	return d, s.header, true
 }
 
-// incomingSource is Incoming, with the source the timeout was read from.
+// incomingSource is Incoming, with the source the timeout was read from (the
+// first in order of precedence, of those that gave the shortest value).
 func (p *Propagator) incomingSource(h http.Header) (time.Duration, *source, bool) {
+	var best time.Duration
+	var from *source
 	for i := range p.sources {
 		s := &p.sources[i]
-		vs := h[s.header]
-		if len(vs) == 0 {
-			continue
-		}
-		d, err := s.parse(vs[0])
-		if err != nil {
-			p.logger().LogAttrs(context.Background(), slog.LevelWarn, "deadline: ignored a malformed timeout header",
-				slog.String("header", s.header), slog.String("value", cut(vs[0])), slog.String("reason", err.Error()))
-			continue
-		}
-		if d > p.cfg.Max {
-			if d == math.MaxInt64 {
-				p.logger().LogAttrs(context.Background(), slog.LevelWarn, "deadline: clamped an absurd timeout header",
-					slog.String("header", s.header), slog.String("value", cut(vs[0])),
-					slog.String("reason", "beyond a time.Duration; clamped to Max "+p.cfg.Max.String()))
+		for _, line := range h[s.header] {
+			if d, ok := p.shortest(s, line); ok && (from == nil || d < best) {
+				best, from = d, s
 			}
-			d = p.cfg.Max
 		}
-		return d, s, true
 	}
-	return 0, nil, false
+	if from == nil {
+		return 0, nil, false
+	}
+	return min(best, p.cfg.Max), from, true
+}
+
+// shortest returns the shortest well-formed value of one line of s's header,
+// unclamped, and warns about the others. A line with no comma is one value;
+// a line with commas is a list, whose empty elements are skipped.
+func (p *Propagator) shortest(s *source, line string) (best time.Duration, ok bool) {
+	if strings.IndexByte(line, ',') < 0 {
+		return p.value(s, line)
+	}
+	some := false
+	for rest := line; ; {
+		v, tail, more := strings.Cut(rest, ",")
+		if trimOWS(v) != "" {
+			some = true
+			if d, good := p.value(s, v); good && (!ok || d < best) {
+				best, ok = d, true
+			}
+		}
+		if !more {
+			break
+		}
+		rest = tail
+	}
+	if !some { // a list of nothing: ",", " , "
+		p.value(s, line)
+	}
+	return best, ok
+}
+
+// value parses one value of s's header, warning about it when it is
+// malformed or absurd.
+func (p *Propagator) value(s *source, v string) (time.Duration, bool) {
+	d, err := s.parse(v)
+	if err != nil {
+		p.warn(s, Malformed, v, err.Error())
+		return 0, false
+	}
+	if d == math.MaxInt64 && d > p.cfg.Max {
+		p.warn(s, Absurd, v, "beyond a time.Duration; clamped to Max "+p.cfg.Max.String())
+	}
+	return d, true
 }
 
 // cut shortens a value for a log line.
@@ -305,7 +421,8 @@ func (p *Propagator) WithIncoming(ctx context.Context, h http.Header) (context.C
 }
 
 // Outgoing returns the timeout to send on: the time left before ctx's
-// deadline minus Config.Margin, capped by Config.Max. ok is false when ctx
+// deadline minus the margin (MarginFor: a share of it, at most
+// Config.Margin), capped by Config.Max. ok is false when ctx
 // has no deadline. A result below 1ms (0 or negative) means nothing is left:
 // callers should not send the request (Inject refuses; see also Check).
 func (p *Propagator) Outgoing(ctx context.Context) (d time.Duration, ok bool) {
@@ -313,7 +430,8 @@ func (p *Propagator) Outgoing(ctx context.Context) (d time.Duration, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	d = time.Until(dl) - p.cfg.Margin
+	left := time.Until(dl)
+	d = left - p.MarginFor(left)
 	if d > p.cfg.Max {
 		d = p.cfg.Max
 	}
@@ -326,15 +444,11 @@ func (p *Propagator) Outgoing(ctx context.Context) (d time.Duration, ok bool) {
 // wrapping ErrTooShort with the numbers: the request would arrive with no time
 // left, so it should not be sent.
 func (p *Propagator) Inject(ctx context.Context, h http.Header) error {
-	d, ok := p.Outgoing(ctx)
+	ms, ok, err := p.OutgoingMillis(ctx)
 	if !ok {
-		return nil
+		return err
 	}
-	if d < time.Millisecond {
-		left := d + p.cfg.Margin
-		return fmt.Errorf("%w: %s left, nothing after the %v margin", ErrTooShort, human(left), p.cfg.Margin)
-	}
-	v := FormatMillis(d)
+	v := strconv.FormatInt(ms, 10)
 	if vs := h[p.cfg.Header]; len(vs) == 1 {
 		vs[0] = v // reuse the slice of a header set before (a retry)
 	} else {

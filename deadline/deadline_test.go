@@ -132,12 +132,13 @@ func TestIncoming(t *testing.T) {
 		{"zero is valid", header("X-Request-Timeout-Ms", "0"), 0, true},
 		{"grpc", header("Grpc-Timeout", "2S"), 2 * time.Second, true},
 		{"envoy", header("X-Envoy-Expected-Rq-Timeout-Ms", "1500"), 1500 * time.Millisecond, true},
-		{"ours before grpc and envoy", header("Grpc-Timeout", "2S", "X-Envoy-Expected-Rq-Timeout-Ms", "3000", "X-Request-Timeout-Ms", "250"), 250 * time.Millisecond, true},
-		{"grpc before envoy", header("X-Envoy-Expected-Rq-Timeout-Ms", "3000", "Grpc-Timeout", "2S"), 2 * time.Second, true},
+		{"envoy upstream", header("X-Envoy-Upstream-Rq-Timeout-Ms", "1500"), 1500 * time.Millisecond, true},
+		{"ours shortest of all", header("Grpc-Timeout", "2S", "X-Envoy-Expected-Rq-Timeout-Ms", "3000", "X-Request-Timeout-Ms", "250"), 250 * time.Millisecond, true},
+		{"grpc shorter than envoy", header("X-Envoy-Expected-Rq-Timeout-Ms", "3000", "Grpc-Timeout", "2S"), 2 * time.Second, true},
 		{"malformed ours skipped", header("X-Request-Timeout-Ms", "-5", "Grpc-Timeout", "2S"), 2 * time.Second, true},
 		{"all malformed", header("X-Request-Timeout-Ms", "1.5", "Grpc-Timeout", "2s", "X-Envoy-Expected-Rq-Timeout-Ms", "x"), 0, false},
 		{"empty value", header("X-Request-Timeout-Ms", ""), 0, false},
-		{"first of several values", header("X-Request-Timeout-Ms", "250", "X-Request-Timeout-Ms", "10"), 250 * time.Millisecond, true},
+		{"shortest of several values", header("X-Request-Timeout-Ms", "250", "X-Request-Timeout-Ms", "10"), 10 * time.Millisecond, true},
 		{"clamped to Max", header("X-Request-Timeout-Ms", "3600000"), time.Minute, true},
 		{"exactly Max", header("X-Request-Timeout-Ms", "60000"), time.Minute, true},
 		{"grpc hours clamped", header("Grpc-Timeout", "99999999H"), time.Minute, true},
@@ -344,10 +345,13 @@ func TestWithIncomingCancel(t *testing.T) {
 	})
 }
 
+// TestOutgoing checks the fixed margin (MarginFraction negative: the rule
+// before the margin scaled); TestMarginScales checks the default rule.
 func TestOutgoing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, _ := quiet()
 		cfg.Max = 2 * time.Second
+		cfg.MarginFraction = -1
 		p := mustNew(t, cfg)
 
 		if d, ok := p.Outgoing(context.Background()); ok || d != 0 {
@@ -395,6 +399,7 @@ func TestInject(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, _ := quiet()
 		cfg.Max = 2 * time.Second
+		cfg.MarginFraction = -1 // a fixed 100ms margin: see TestMarginScales
 		p := mustNew(t, cfg)
 
 		h := http.Header{}
@@ -551,14 +556,14 @@ func TestRemaining(t *testing.T) {
 }
 
 // Hop to hop: what one Propagator injects, the next reads back, less the
-// margin at each hop.
+// margin at each hop: 100ms from 1s, then a tenth of what is left.
 func TestHops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, _ := quiet()
 		p := mustNew(t, cfg)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		for hop, want := range []time.Duration{900, 800, 700} {
+		for hop, want := range []time.Duration{900, 810, 729} {
 			h := http.Header{}
 			if err := p.Inject(ctx, h); err != nil {
 				t.Fatal(err)

@@ -45,7 +45,7 @@ func Example() {
 }
 
 // Untrusted values: a timeout above the server's maximum is clamped; a
-// malformed one is ignored (and logged), and the next header is read.
+// malformed one is ignored (and logged), and the other values are read.
 func Example_untrusted() {
 	p, _ := deadline.New(deadline.Config{Max: 30 * time.Second})
 

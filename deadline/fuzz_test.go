@@ -95,6 +95,9 @@ func FuzzParseGRPCTimeout(f *testing.F) {
 	})
 }
 
+// FuzzIncoming reads our header, grpc-timeout and Envoy's, each given as
+// lines separated by "\n" (a header given several times), each line a value
+// or a comma-separated list, under a Max of its own; see checkIncoming.
 func FuzzIncoming(f *testing.F) {
 	f.Add("250", "", "", int64(0))
 	f.Add("", "2S", "", int64(time.Second))
@@ -103,6 +106,12 @@ func FuzzIncoming(f *testing.F) {
 	f.Add("99999999999999999999", "99999999H", "9223372036855", int64(time.Millisecond))
 	f.Add("1.5", "123456789m", "x", int64(0))
 	f.Add(" 0 ", "0n", "0", int64(1))
+	// Several values: lines, lists, and both; malformed ones beside good.
+	f.Add("5000\n50", "", "", int64(0))
+	f.Add("5000, 50", "", "", int64(0))
+	f.Add("5000,50\n700, x", "5S\n50m", "40", int64(0))
+	f.Add(", ,", " , 1S ,", ",\n", int64(0))
+	f.Add("soon, 5000", "1H, 2m", "-1,3", int64(time.Second))
 	f.Fuzz(func(t *testing.T, ours, grpc, envoy string, max int64) {
 		if max < 0 {
 			max = -max
@@ -110,41 +119,89 @@ func FuzzIncoming(f *testing.F) {
 				max = 0
 			}
 		}
-		p, err := deadline.New(deadline.Config{Max: time.Duration(max), Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		limit := p.Config().Max
-		h := http.Header{}
-		for _, kv := range [][2]string{{deadline.DefaultHeader, ours}, {deadline.HeaderGRPCTimeout, grpc}, {deadline.HeaderEnvoyTimeout, envoy}} {
-			if kv[1] != "" {
-				h.Set(kv[0], kv[1])
-			}
-		}
-		d, ok := p.Incoming(h)
-		if d < 0 || d > limit {
-			t.Fatalf("Incoming(%v) = %v, outside [0, %v]", h, d, limit)
-		}
-		// The reference: the first header that parses wins, clamped.
-		var want time.Duration
-		var wantOK bool
-		for _, try := range []struct {
-			v     string
-			parse func(string) (time.Duration, error)
-		}{{ours, deadline.ParseMillis}, {grpc, deadline.ParseGRPCTimeout}, {envoy, deadline.ParseMillis}} {
-			if try.v == "" {
-				continue
-			}
-			if v, err := try.parse(try.v); err == nil {
-				want, wantOK = min(v, limit), true
-				break
-			}
-		}
-		if d != want || ok != wantOK {
-			t.Fatalf("Incoming(%v) = %v, %v; want %v, %v", h, d, ok, want, wantOK)
-		}
-		if !ok && d != 0 {
-			t.Fatalf("Incoming(%v) = %v with ok false", h, d)
-		}
+		checkIncoming(t, time.Duration(max), map[string]string{
+			deadline.DefaultHeader: ours, deadline.HeaderGRPCTimeout: grpc, deadline.HeaderEnvoyTimeout: envoy,
+		})
 	})
+}
+
+// FuzzIncomingShortest gives every header the parser reads, with the default
+// Max: conflicting values never lengthen a deadline.
+func FuzzIncomingShortest(f *testing.F) {
+	f.Add("5000", "50m", "3000", "40")
+	f.Add("5000\n50", "", "", "")
+	f.Add("5000, 50", "5S, 1H", "", "")
+	f.Add("", "", "5000,,50", "x, 7")
+	f.Add("0", "1H", "", "99999999999999999999")
+	f.Add("a\nb", "5\n5s", "-0", "1.0")
+	f.Fuzz(func(t *testing.T, ours, grpc, envoy, upstream string) {
+		checkIncoming(t, 0, map[string]string{
+			deadline.DefaultHeader: ours, deadline.HeaderGRPCTimeout: grpc,
+			deadline.HeaderEnvoyTimeout: envoy, deadline.HeaderEnvoyUpstreamTimeout: upstream,
+		})
+	})
+}
+
+// checkIncoming checks Incoming against a reference: every element of every
+// line of every header is parsed alone, and the result is the shortest that
+// parses, clamped to Max: never longer than any single well-formed value.
+// Each malformed value is counted: each element that is not empty and does
+// not parse, and each line that gives nothing to parse at all.
+func checkIncoming(t *testing.T, max time.Duration, values map[string]string) {
+	p, err := deadline.New(deadline.Config{Max: max, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := p.Config().Max
+	h := http.Header{}
+	var want time.Duration
+	var wantOK bool
+	var malformed uint64
+	for name, v := range values {
+		if v == "" {
+			continue
+		}
+		parse := deadline.ParseMillis
+		if name == deadline.HeaderGRPCTimeout {
+			parse = deadline.ParseGRPCTimeout
+		}
+		h[name] = strings.Split(v, "\n")
+		for _, line := range h[name] {
+			elems := strings.Split(line, ",")
+			empty := 0
+			for _, e := range elems {
+				if strings.Trim(e, " \t") == "" && len(elems) > 1 {
+					empty++
+					continue
+				}
+				d, err := parse(e)
+				if err != nil {
+					malformed++
+					continue
+				}
+				if d > limit {
+					d = limit
+				}
+				if !wantOK || d < want {
+					want, wantOK = d, true
+				}
+			}
+			if empty == len(elems) {
+				malformed++ // a list of nothing
+			}
+		}
+	}
+	d, ok := p.Incoming(h)
+	if d < 0 || d > limit {
+		t.Fatalf("Incoming(%q) = %v, outside [0, %v]", h, d, limit)
+	}
+	if d != want || ok != wantOK {
+		t.Fatalf("Incoming(%q) = %v, %v; want the shortest value %v, %v", h, d, ok, want, wantOK)
+	}
+	if !ok && d != 0 {
+		t.Fatalf("Incoming(%q) = %v with ok false", h, d)
+	}
+	if n := p.Warned(deadline.Malformed); n != malformed {
+		t.Fatalf("Incoming(%q): Warned(Malformed) = %d, want %d", h, n, malformed)
+	}
 }

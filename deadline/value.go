@@ -28,15 +28,24 @@ func (p *Propagator) Value(ctx context.Context) (v string, ok bool, err error) {
 // OutgoingMillis is Value as a number: Outgoing(ctx) in whole milliseconds,
 // at least 1 when ok. ok is false, with a nil error, when ctx has no deadline,
 // and with an error wrapping ErrTooShort (Inject's) when less than a
-// millisecond is left after the margin.
+// millisecond is left after the margin (MarginFor). It allocates nothing
+// when ok.
 func (p *Propagator) OutgoingMillis(ctx context.Context) (ms int64, ok bool, err error) {
-	d, ok := p.Outgoing(ctx)
+	dl, ok := ctx.Deadline()
 	if !ok {
 		return 0, false, nil
 	}
+	left := time.Until(dl)
+	margin := p.MarginFor(left)
+	d := min(left-margin, p.cfg.Max)
 	if d < time.Millisecond {
-		left := d + p.cfg.Margin
-		return 0, false, fmt.Errorf("%w: %s left, nothing after the %v margin", ErrTooShort, human(left), p.cfg.Margin)
+		return 0, false, tooShort(left, margin)
 	}
 	return int64(d / time.Millisecond), true, nil
+}
+
+// tooShort is the error of a request that would be sent with less than a
+// millisecond, left being the time left and margin the margin for it.
+func tooShort(left, margin time.Duration) error {
+	return fmt.Errorf("%w: %s left, nothing after the %v margin", ErrTooShort, human(left), margin.Round(time.Microsecond))
 }

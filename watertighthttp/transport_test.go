@@ -214,8 +214,8 @@ func TestDeadlineTooShortNotSent(t *testing.T) {
 	srv, rec := newServer(t, always(http.StatusOK))
 	c := newClient(t, srv, watertighthttp.TransportConfig{})
 	body := &closeCounter{Reader: strings.NewReader("x")}
-	// 50ms left is less than the default 100ms margin.
-	req, _ := http.NewRequestWithContext(ctxTimeout(t, 50*time.Millisecond), http.MethodPut, srv.URL, body)
+	// 1ms left is less than the default margin's 1ms floor leaves to send.
+	req, _ := http.NewRequestWithContext(ctxTimeout(t, time.Millisecond), http.MethodPut, srv.URL, body)
 	_, _, err := do(t, c, req)
 	if !errors.Is(err, deadline.ErrTooShort) || !watertight.IsRejection(err) {
 		t.Fatalf("err = %v, want deadline.ErrTooShort, a rejection", err)

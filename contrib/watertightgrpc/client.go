@@ -27,7 +27,7 @@ import (
 // StreamClientInterceptor. The zero value is valid: no breaker, no bulkhead,
 // the retry package's defaults (three attempts, full-jitter backoff, no
 // budget) for calls marked idempotent by their context only, and the deadline
-// package's default margin (100ms).
+// package's default margin (a tenth of the time left, from 1ms to 100ms).
 type ClientConfig struct {
 	// Name labels the interceptor's events (watertight.Event.Name) and its
 	// retry policy's (retry.Event.Name, when Retry.Name is empty). It may be
@@ -83,15 +83,17 @@ type ClientConfig struct {
 	// are open or full; its Budget bounds the extra requests.
 	Hedge *hedge.Policy
 	// Deadline gives the margin and the maximum of the deadline sent on:
-	// each attempt sends the caller's remaining time less Margin (capped at
-	// Max) as grpc-timeout, so that the server gives up before the caller
+	// each attempt sends the caller's remaining time less the margin (a
+	// share of it, at most Margin: see deadline.Propagator.MarginFor),
+	// capped at Max, as grpc-timeout, so that the server gives up before the caller
 	// does and its answer can come back; the attempt itself waits until the
 	// caller's context ends, as watertighthttp's Transport does. A
 	// DEADLINE_EXCEEDED that comes back after the time sent is the caller's
 	// own and is not retried. An attempt that would send less than a
 	// millisecond fails fast with an error matching deadline.ErrTooShort
 	// (DEADLINE_EXCEEDED). A call without a deadline is sent without one.
-	// If nil, deadline.New(deadline.DefaultConfig()), whose margin is 100ms.
+	// If nil, deadline.New(deadline.DefaultConfig()), whose margin is a
+	// tenth of the time left, from 1ms to 100ms.
 	Deadline *deadline.Propagator
 	// Listener receives the interceptor's events, with Source "grpc" and Key
 	// the call's key: EventRejected for a call refused by an open breaker, a
@@ -192,7 +194,6 @@ type client struct {
 	hedge     *hedge.Policy
 	listener  watertight.Listener
 	dl        *deadline.Propagator
-	margin    time.Duration
 	max       time.Duration
 	idem      methodSet    // ClientConfig.Idempotent
 	methods   *methodTable // ClientConfig.Methods; nil if none
@@ -241,7 +242,7 @@ func newClient(cfg ClientConfig) (*client, error) {
 		c.dl = p
 	}
 	dc := c.dl.Config()
-	c.margin, c.max = dc.Margin, dc.Max
+	c.max = dc.Max
 	for i, m := range cfg.Idempotent {
 		if err := c.idem.add(m); err != nil {
 			return nil, fmt.Errorf("watertightgrpc: ClientConfig.Idempotent[%d] %w, got %q", i, err, m)
@@ -447,19 +448,22 @@ func (c *client) sendContext(ctx context.Context, buf *marginContext) (context.C
 		return ctx, time.Time{}, nil
 	}
 	// time.Until reads only the monotonic clock (dl, from a context
-	// deadline, carries it): half the cost of time.Now.
-	left := time.Until(dl) - c.margin
+	// deadline, carries it): half the cost of time.Now. The margin scales
+	// with the time left, by the Propagator's rule (MarginFor).
+	whole := time.Until(dl)
+	margin := c.dl.MarginFor(whole)
+	left := whole - margin
 	if left < time.Millisecond {
 		_, _, err := c.dl.OutgoingMillis(ctx) // the same error as the HTTP adapter's
 		if err == nil {                       // the clock moved between the two reads
-			err = fmt.Errorf("%w: %v left, nothing after the %v margin", deadline.ErrTooShort, left+c.margin, c.margin)
+			err = fmt.Errorf("%w: %v left, nothing after the %v margin", deadline.ErrTooShort, whole, margin)
 		}
 		return ctx, time.Time{}, err
 	}
-	at := dl.Add(-c.margin)
+	at := dl.Add(-margin)
 	if left > c.max {
 		at = time.Now().Add(c.max)
-	} else if c.margin == 0 {
+	} else if margin == 0 {
 		return ctx, dl, nil
 	}
 	if buf == nil {

@@ -280,7 +280,7 @@ func TestUnaryOwnDeadlineIsNotRetriedAndMarginApplies(t *testing.T) {
 			e := clientEnv(t, tr, ts, watertightgrpc.ClientConfig{
 				Retry:      fastRetry(),
 				Idempotent: []string{methodCall},
-				Deadline:   propagator(t, deadline.Config{Margin: margin}),
+				Deadline:   propagator(t, deadline.Config{Margin: margin, MarginFraction: -1}), // a fixed margin
 				Listener:   &l,
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
@@ -309,7 +309,7 @@ func TestUnaryTooShortFailsFast(t *testing.T) {
 	ts := &testServer{}
 	var l events
 	e := clientEnv(t, "bufconn", ts, watertightgrpc.ClientConfig{Listener: &l})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond) // below the default 100ms margin
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond) // nothing left after the default margin's 1ms floor
 	defer cancel()
 	_, err := e.call(ctx, methodCall, "x")
 	if !errors.Is(err, deadline.ErrTooShort) || !watertight.IsRejection(err) || status.Code(err) != codes.DeadlineExceeded {

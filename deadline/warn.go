@@ -1,0 +1,83 @@
+package deadline
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// Reason says why an incoming value was warned about. Its String is a
+// stable label, for metrics.
+type Reason uint8
+
+// The reasons of a warning, counted apart (Warned) and rate-limited apart
+// (Config.WarnInterval).
+const (
+	// Malformed: a value that is not well-formed (see ParseMillis and
+	// ParseGRPCTimeout) was ignored.
+	Malformed Reason = iota
+	// Absurd: a well-formed value beyond a time.Duration (about 292
+	// years) was clamped to Config.Max.
+	Absurd
+	numReasons
+)
+
+// String returns "malformed" or "absurd" ("unknown" for any other value).
+func (r Reason) String() string {
+	switch r {
+	case Malformed:
+		return "malformed"
+	case Absurd:
+		return "absurd"
+	}
+	return "unknown"
+}
+
+// warnLimit counts the warnings of one Reason about one header and lets at
+// most one a WarnInterval reach the log.
+type warnLimit struct {
+	count      atomic.Uint64 // every warning of the reason
+	suppressed atomic.Uint64 // not logged since the last line
+	next       atomic.Int64  // no line before this, in ns since Propagator.start
+}
+
+// Warned returns how many incoming values have been warned about for reason
+// r since New, whether they were logged or, beyond the rate limit
+// (Config.WarnInterval), only counted. It is 0 for an unknown Reason. It is
+// for metrics: counters exported by a collector.
+func (p *Propagator) Warned(r Reason) uint64 {
+	if r >= numReasons {
+		return 0
+	}
+	var n uint64
+	for i := range p.sources {
+		n += p.sources[i].warns[r].count.Load()
+	}
+	return n
+}
+
+// warn counts a warning of reason r about value v of s's header, and logs
+// it unless a line of r about that header was logged less than WarnInterval
+// ago; a line logged after some were left out says how many (suppressed).
+func (p *Propagator) warn(s *source, r Reason, v, why string) {
+	w := &s.warns[r]
+	w.count.Add(1)
+	if every := p.cfg.WarnInterval; every > 0 {
+		now := int64(time.Since(p.start)) // monotonic: immune to clock steps
+		next := w.next.Load()
+		if now < next || !w.next.CompareAndSwap(next, now+int64(every)) {
+			w.suppressed.Add(1)
+			return
+		}
+	}
+	msg := "deadline: ignored a malformed timeout header"
+	if r == Absurd {
+		msg = "deadline: clamped an absurd timeout header"
+	}
+	attrs := []slog.Attr{slog.String("header", s.header), slog.String("value", cut(v)), slog.String("reason", why)}
+	if n := w.suppressed.Swap(0); n > 0 {
+		attrs = append(attrs, slog.Uint64("suppressed", n), slog.Duration("interval", p.cfg.WarnInterval))
+	}
+	p.logger().LogAttrs(context.Background(), slog.LevelWarn, msg, attrs...)
+}
