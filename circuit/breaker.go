@@ -3,13 +3,13 @@ package circuit
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/backoff"
 	"github.com/watertight-go/watertight/internal/stripe"
 )
 
@@ -102,8 +102,10 @@ type Breaker struct {
 	_        [48]byte
 	rejected stripe.Counter
 
-	cfg   Config
-	slow  bool      // cfg.SlowCallDuration > 0
+	// cfg is the resolved configuration; Reconfigure replaces it (under
+	// mu), so each call loads it once and uses that one throughout.
+	cfg   atomic.Pointer[settings]
+	name  string    // Config.Name, fixed by New
 	epoch time.Time // the breaker's clock: now() is time.Since(epoch)
 	// The Name and Key of the breaker's events: cfg.Name and "" from New;
 	// the registry's Name and the key for a breaker a Registry made.
@@ -114,6 +116,8 @@ type Breaker struct {
 	consecutive int // openings without a close in between
 	opens       uint64
 	openFor     time.Duration // length of the current opening
+	since       int64         // b.now() when the current state began
+	timerSeq    uint64        // counts the timers armed: a stale one does nothing
 	trialDone   int
 	trialFails  int
 	trialSlow   int
@@ -126,10 +130,17 @@ func New(cfg Config) (*Breaker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Breaker{cfg: c, slow: c.SlowCallDuration > 0, epoch: time.Now(), evName: c.Name}
-	b.win.Store(newWindow(&b.cfg, 0, 0))
+	b := &Breaker{name: c.Name, epoch: time.Now(), evName: c.Name}
+	b.cfg.Store(&settings{Config: c, slow: c.SlowCallDuration > 0})
+	b.win.Store(newWindow(&c, 0, 0))
 	b.state.Store(uint64(Closed))
 	return b, nil
+}
+
+// settings is a resolved Config and what is derived from it.
+type settings struct {
+	Config
+	slow bool // SlowCallDuration > 0
 }
 
 // now reads the breaker's monotonic clock, in nanoseconds since New: one
@@ -137,7 +148,7 @@ func New(cfg Config) (*Breaker, error) {
 func (b *Breaker) now() int64 { return int64(time.Since(b.epoch)) }
 
 // Name returns the breaker's Config.Name.
-func (b *Breaker) Name() string { return b.cfg.Name }
+func (b *Breaker) Name() string { return b.name }
 
 // State returns the current state.
 func (b *Breaker) State() State { return stateOf(b.state.Load()) }
@@ -147,7 +158,7 @@ func (b *Breaker) State() State { return stateOf(b.state.Load()) }
 type Permit struct {
 	b     *Breaker
 	w     uint64
-	start int64 // b.now() at Allow, when slow calls are measured
+	start int64 // b.now()+1 at Allow when slow calls are measured, else 0
 }
 
 // Allow asks to make one call. It returns a Permit, or ErrOpen (open or
@@ -158,8 +169,8 @@ func (b *Breaker) Allow() (Permit, error) {
 	switch stateOf(w) {
 	case Closed, MetricsOnly:
 		p := Permit{b: b, w: w}
-		if b.slow {
-			p.start = b.now()
+		if b.cfg.Load().slow {
+			p.start = b.now() + 1
 		}
 		return p, nil
 	case Disabled:
@@ -169,8 +180,8 @@ func (b *Breaker) Allow() (Permit, error) {
 			return Permit{}, b.reject(err)
 		}
 		p := Permit{b: b, w: w}
-		if b.slow {
-			p.start = b.now()
+		if b.cfg.Load().slow {
+			p.start = b.now() + 1
 		}
 		return p, nil
 	}
@@ -179,11 +190,12 @@ func (b *Breaker) Allow() (Permit, error) {
 
 func (b *Breaker) reject(err error) error {
 	b.rejected.Add(1)
-	if b.cfg.OnReject != nil {
-		b.cfg.OnReject(b.cfg.Name, err)
+	c := b.cfg.Load()
+	if c.OnReject != nil {
+		c.OnReject(b.name, err)
 	}
-	if b.cfg.Listener != nil {
-		b.emitReject(err)
+	if c.Listener != nil {
+		b.emitReject(c.Listener, err)
 	}
 	return err
 }
@@ -192,8 +204,8 @@ func (b *Breaker) reject(err error) error {
 // rejection path of a breaker without a listener stays as small as it was.
 //
 //go:noinline
-func (b *Breaker) emitReject(err error) {
-	watertight.Emit(b.cfg.Listener, watertight.Event{
+func (b *Breaker) emitReject(l watertight.Listener, err error) {
+	watertight.Emit(l, watertight.Event{
 		Kind: watertight.EventRejected, Source: source, Name: b.evName, Key: b.evKey, Err: err,
 	})
 }
@@ -204,7 +216,7 @@ const source = "circuit"
 // acquireTrial takes one half-open trial slot of generation genOf(w).
 func (b *Breaker) acquireTrial(w uint64) error {
 	g := uint32(genOf(w))
-	limit := uint32(b.cfg.HalfOpenCalls)
+	limit := uint32(b.cfg.Load().HalfOpenCalls)
 	for {
 		t := b.trials.Load()
 		if uint32(t>>32) != g {
@@ -245,7 +257,7 @@ func (p Permit) Done(o watertight.Outcome) {
 // caller's context) and records the outcome.
 func (p Permit) Record(ctx context.Context, err error) {
 	if p.b != nil {
-		p.b.record(p.w, p.start, p.b.cfg.Classify(ctx, err))
+		p.b.record(p.w, p.start, p.b.cfg.Load().Classify(ctx, err))
 	}
 }
 
@@ -255,13 +267,14 @@ func (b *Breaker) record(w uint64, start int64, o watertight.Outcome) {
 	if st == Disabled {
 		return
 	}
+	cfg := b.cfg.Load()
 	var code uint32
 	switch o {
 	case watertight.Success:
 	case watertight.Failure:
 		code = codeFail
 	case watertight.Saturated:
-		if b.cfg.CountSaturation {
+		if cfg.CountSaturation {
 			code = codeSat
 			break
 		}
@@ -273,9 +286,11 @@ func (b *Breaker) record(w uint64, start int64, o watertight.Outcome) {
 		return
 	}
 	var now int64
-	if b.slow {
+	if cfg.slow {
 		now = b.now()
-		if time.Duration(now-start) >= b.cfg.SlowCallDuration {
+		// A call allowed before Reconfigure turned slow calls on was not
+		// timed (start 0): it is not counted slow.
+		if start != 0 && time.Duration(now-start+1) >= cfg.SlowCallDuration {
 			code |= codeSlow
 		}
 	}
@@ -290,36 +305,36 @@ func (b *Breaker) record(w uint64, start int64, o watertight.Outcome) {
 	var c counts
 	var bad bool
 	if win.buckets != nil {
-		if !b.slow {
+		if !cfg.slow {
 			now = b.now()
 		}
 		c, bad = win.addTime(now, code)
 	} else {
-		c, bad = win.addCount(code, uint64(b.cfg.MinCalls))
+		c, bad = win.addCount(code, uint64(cfg.MinCalls))
 	}
-	if !bad || st != Closed || c.calls < int64(b.cfg.MinCalls) {
+	if !bad || st != Closed || c.calls < int64(cfg.MinCalls) {
 		return
 	}
-	if reason := b.tripReason(c); reason != "" {
+	if reason := cfg.tripReason(c); reason != "" {
 		b.trip(w, reason)
 	}
 }
 
 // tripReason says why counts c trip the breaker, or "" if they do not.
-func (b *Breaker) tripReason(c counts) string {
+func (cfg *settings) tripReason(c counts) string {
 	fails := c.fails
-	if b.cfg.CountSaturation {
+	if cfg.CountSaturation {
 		fails += c.sats
 	}
-	if rate := percent(fails, c.calls); rate >= b.cfg.FailureRateThreshold {
-		if c.sats > 0 && b.cfg.CountSaturation {
-			return fmt.Sprintf("failure rate %.4g%% >= %.4g%% over %d calls (%d failures, %d saturated)", rate, b.cfg.FailureRateThreshold, c.calls, c.fails, c.sats)
+	if rate := percent(fails, c.calls); rate >= cfg.FailureRateThreshold {
+		if c.sats > 0 && cfg.CountSaturation {
+			return fmt.Sprintf("failure rate %.4g%% >= %.4g%% over %d calls (%d failures, %d saturated)", rate, cfg.FailureRateThreshold, c.calls, c.fails, c.sats)
 		}
-		return fmt.Sprintf("failure rate %.4g%% >= %.4g%% over %d calls", rate, b.cfg.FailureRateThreshold, c.calls)
+		return fmt.Sprintf("failure rate %.4g%% >= %.4g%% over %d calls", rate, cfg.FailureRateThreshold, c.calls)
 	}
-	if b.slow {
-		if rate := percent(c.slows, c.calls); rate >= b.cfg.SlowCallRateThreshold {
-			return fmt.Sprintf("slow-call rate %.4g%% >= %.4g%% over %d calls (slow: >= %v)", rate, b.cfg.SlowCallRateThreshold, c.calls, b.cfg.SlowCallDuration)
+	if cfg.slow {
+		if rate := percent(c.slows, c.calls); rate >= cfg.SlowCallRateThreshold {
+			return fmt.Sprintf("slow-call rate %.4g%% >= %.4g%% over %d calls (slow: >= %v)", rate, cfg.SlowCallRateThreshold, c.calls, cfg.SlowCallDuration)
 		}
 	}
 	return ""
@@ -359,21 +374,30 @@ func (b *Breaker) recordTrial(w uint64, code uint32) {
 	if code&codeSlow != 0 {
 		b.trialSlow++
 	}
-	n := int64(b.cfg.HalfOpenCalls)
+	ev, ok := b.decideTrialsLocked()
+	b.mu.Unlock()
+	if ok {
+		b.emit(ev)
+	}
+}
+
+// decideTrialsLocked closes or opens a half-open breaker again when its
+// trials so far decide it, and reports whether they did. b.mu is held.
+func (b *Breaker) decideTrialsLocked() (StateChange, bool) {
+	cfg := b.cfg.Load()
+	n := int64(cfg.HalfOpenCalls)
 	var ev StateChange
 	switch {
-	case percent(int64(b.trialFails), n) >= b.cfg.FailureRateThreshold:
+	case percent(int64(b.trialFails), n) >= cfg.FailureRateThreshold:
 		ev = b.setLocked(Open, fmt.Sprintf("%d of %d trial calls failed", b.trialFails, n))
-	case b.slow && percent(int64(b.trialSlow), n) >= b.cfg.SlowCallRateThreshold:
+	case cfg.slow && percent(int64(b.trialSlow), n) >= cfg.SlowCallRateThreshold:
 		ev = b.setLocked(Open, fmt.Sprintf("%d of %d trial calls were slow", b.trialSlow, n))
 	case int64(b.trialDone) >= n:
 		ev = b.setLocked(Closed, fmt.Sprintf("%d trial calls ended below the thresholds", n))
 	default:
-		b.mu.Unlock()
-		return
+		return ev, false
 	}
-	b.mu.Unlock()
-	b.emit(ev)
+	return ev, true
 }
 
 // setLocked moves to state to, starting a new generation; b.mu is held. It
@@ -386,23 +410,25 @@ func (b *Breaker) setLocked(to State, reason string) StateChange {
 		b.timer.Stop()
 		b.timer = nil
 	}
-	ev := StateChange{Name: b.cfg.Name, From: stateOf(old), To: to, Reason: reason}
+	cfg := b.cfg.Load()
+	b.since = b.now()
+	ev := StateChange{Name: b.name, From: stateOf(old), To: to, Reason: reason}
 	switch to {
 	case Closed, MetricsOnly:
 		b.consecutive = 0
-		b.win.Store(newWindow(&b.cfg, gen, b.now()))
+		b.win.Store(newWindow(&cfg.Config, gen, b.since))
 	case Open:
 		b.opens++
 		b.consecutive++
-		d := b.openDuration(b.consecutive)
+		d := cfg.openDuration(b.consecutive)
 		ev.OpenFor = d
 		b.openFor = d
-		b.timer = time.AfterFunc(d, func() { b.halfOpen(w) })
+		b.armLocked(d, w, b.halfOpen)
 	case HalfOpen:
 		b.trials.Store(uint64(uint32(gen)) << 32)
 		b.trialDone, b.trialFails, b.trialSlow = 0, 0, 0
-		if b.cfg.MaxHalfOpenWait > 0 {
-			b.timer = time.AfterFunc(b.cfg.MaxHalfOpenWait, func() { b.halfOpenExpired(w) })
+		if cfg.MaxHalfOpenWait > 0 {
+			b.armLocked(cfg.MaxHalfOpenWait, w, b.halfOpenExpired)
 		}
 	case ForcedOpen:
 		b.opens++
@@ -411,27 +437,39 @@ func (b *Breaker) setLocked(to State, reason string) StateChange {
 	return ev
 }
 
-// openDuration is the length of the n-th consecutive opening.
-func (b *Breaker) openDuration(n int) time.Duration {
-	d := float64(b.cfg.OpenDuration)
-	for i := 1; i < n && d < float64(b.cfg.MaxOpenDuration); i++ {
-		d *= b.cfg.OpenDurationMultiplier
+// openDuration is the length of the n-th consecutive opening, spread by
+// OpenJitter (backoff.Spread, or the same draw from Rand when it is set).
+func (cfg *settings) openDuration(n int) time.Duration {
+	d := float64(cfg.OpenDuration)
+	for i := 1; i < n && d < float64(cfg.MaxOpenDuration); i++ {
+		d *= cfg.OpenDurationMultiplier
 	}
-	if j := b.cfg.OpenJitter; j > 0 {
-		r := rand.Float64
-		if b.cfg.Rand != nil {
-			r = b.cfg.Rand
-		}
-		d *= 1 - j + 2*j*r()
+	grown := time.Duration(min(d, float64(cfg.MaxOpenDuration)))
+	spread := grown
+	switch j := cfg.OpenJitter; {
+	case j <= 0: // resolved: negative means no jitter
+	case cfg.Rand == nil:
+		spread = backoff.Spread(grown, j)
+	default:
+		spread = time.Duration(float64(grown) * (1 - j + 2*j*cfg.Rand()))
 	}
 	// The cap holds after jitter too.
-	return max(min(time.Duration(d), b.cfg.MaxOpenDuration), 1)
+	return max(min(spread, cfg.MaxOpenDuration), 1)
+}
+
+// armLocked starts the current state's timer, w its state word: f(w, seq)
+// runs after d. A timer fires for nothing once the state or its timer has
+// changed (Reconfigure re-arms one): f checks both. b.mu is held.
+func (b *Breaker) armLocked(d time.Duration, w uint64, f func(w, seq uint64)) {
+	b.timerSeq++
+	seq := b.timerSeq
+	b.timer = time.AfterFunc(d, func() { f(w, seq) })
 }
 
 // halfOpen is the open timer's end: open → half-open.
-func (b *Breaker) halfOpen(w uint64) {
+func (b *Breaker) halfOpen(w, seq uint64) {
 	b.mu.Lock()
-	if b.state.Load() != w {
+	if b.state.Load() != w || b.timerSeq != seq {
 		b.mu.Unlock()
 		return
 	}
@@ -444,23 +482,24 @@ func (b *Breaker) halfOpen(w uint64) {
 // MaxHalfOpenWait: it decides on the trials that did end (closing if their
 // rates are below the thresholds), and opens again if none did — the
 // dependency did not answer, or a permit was lost.
-func (b *Breaker) halfOpenExpired(w uint64) {
+func (b *Breaker) halfOpenExpired(w, seq uint64) {
 	b.mu.Lock()
-	if b.state.Load() != w {
+	if b.state.Load() != w || b.timerSeq != seq {
 		b.mu.Unlock()
 		return
 	}
 	var ev StateChange
 	n := int64(b.trialDone)
+	cfg := b.cfg.Load()
 	switch {
 	case n == 0:
-		ev = b.setLocked(Open, fmt.Sprintf("no trial call ended within %v", b.cfg.MaxHalfOpenWait))
-	case percent(int64(b.trialFails), n) >= b.cfg.FailureRateThreshold:
-		ev = b.setLocked(Open, fmt.Sprintf("%d of the %d trial calls that ended within %v failed", b.trialFails, n, b.cfg.MaxHalfOpenWait))
-	case b.slow && percent(int64(b.trialSlow), n) >= b.cfg.SlowCallRateThreshold:
-		ev = b.setLocked(Open, fmt.Sprintf("%d of the %d trial calls that ended within %v were slow", b.trialSlow, n, b.cfg.MaxHalfOpenWait))
+		ev = b.setLocked(Open, fmt.Sprintf("no trial call ended within %v", cfg.MaxHalfOpenWait))
+	case percent(int64(b.trialFails), n) >= cfg.FailureRateThreshold:
+		ev = b.setLocked(Open, fmt.Sprintf("%d of the %d trial calls that ended within %v failed", b.trialFails, n, cfg.MaxHalfOpenWait))
+	case cfg.slow && percent(int64(b.trialSlow), n) >= cfg.SlowCallRateThreshold:
+		ev = b.setLocked(Open, fmt.Sprintf("%d of the %d trial calls that ended within %v were slow", b.trialSlow, n, cfg.MaxHalfOpenWait))
 	default:
-		ev = b.setLocked(Closed, fmt.Sprintf("%d trial calls ended within %v, below the thresholds", n, b.cfg.MaxHalfOpenWait))
+		ev = b.setLocked(Closed, fmt.Sprintf("%d trial calls ended within %v, below the thresholds", n, cfg.MaxHalfOpenWait))
 	}
 	b.mu.Unlock()
 	b.emit(ev)
@@ -469,11 +508,12 @@ func (b *Breaker) halfOpenExpired(w uint64) {
 // emit reports a state change to OnStateChange and the Listener. It is
 // called after b.mu is released.
 func (b *Breaker) emit(ev StateChange) {
-	if b.cfg.OnStateChange != nil {
-		b.cfg.OnStateChange(ev)
+	cfg := b.cfg.Load()
+	if cfg.OnStateChange != nil {
+		cfg.OnStateChange(ev)
 	}
-	if b.cfg.Listener != nil {
-		watertight.Emit(b.cfg.Listener, watertight.Event{
+	if cfg.Listener != nil {
+		watertight.Emit(cfg.Listener, watertight.Event{
 			Kind: watertight.EventStateChange, Source: source, Name: b.evName, Key: b.evKey,
 			From: ev.From.String(), To: ev.To.String(), Reason: ev.Reason, Delay: ev.OpenFor,
 		})
@@ -504,6 +544,102 @@ func (b *Breaker) SetMetricsOnly() { b.set(MetricsOnly, "metrics only") }
 // openings.
 func (b *Breaker) Reset() { b.set(Closed, "reset") }
 
+// Reconfigure applies cfg to the breaker while it is in use, so that every
+// caller holding the breaker sees the new settings. cfg is validated and
+// resolved as New does; an invalid cfg is an error naming the field, and
+// leaves the breaker unchanged. cfg.Name is ignored: the breaker keeps the
+// name New gave it.
+//
+// The state is kept, and a reconfiguration is not a state change (no
+// OnStateChange, no EventStateChange):
+//
+//   - closed or metrics-only: the window keeps its outcomes when its shape
+//     is unchanged (same WindowType, and the same WindowSize for a count
+//     window, WindowDuration and WindowBuckets for a time window);
+//     otherwise it starts empty in the new shape. The new thresholds and
+//     MinCalls apply at once: a closed breaker whose kept window breaks
+//     them opens (a state change, reported as usual). Slow calls are
+//     measured for the calls allowed from now on.
+//   - open: stays open; the open time is computed anew from the new
+//     timings (OpenDuration, multiplier, cap, jitter, for the same count of
+//     consecutive openings) and counted from when the breaker opened, so it
+//     goes half-open at that new time — at once if it has passed.
+//   - half-open: the trials under way go on; the new HalfOpenCalls and
+//     thresholds decide (at once, if the trials that have ended already
+//     do), and MaxHalfOpenWait is counted from when the breaker went
+//     half-open.
+//   - forced open, disabled: unchanged until Reset.
+//
+// The consecutive-openings count and the totals (Rejected, Opens) carry on.
+// Callbacks for a state change that the new settings decide at once run
+// after the lock is released, as always.
+func (b *Breaker) Reconfigure(cfg Config) error {
+	c, err := cfg.resolve()
+	if err != nil {
+		return err
+	}
+	c.Name = b.name
+	next := &settings{Config: c, slow: c.SlowCallDuration > 0}
+	b.mu.Lock()
+	old := b.cfg.Load()
+	b.cfg.Store(next)
+	w := b.state.Load()
+	now := b.now()
+	var ev StateChange
+	decided := false
+	switch st := stateOf(w); st {
+	case Closed, MetricsOnly:
+		win := b.win.Load()
+		if !sameShape(&old.Config, &c) {
+			win = newWindow(&c, genOf(w), now)
+			b.win.Store(win)
+		}
+		if st == Closed && win.gen == genOf(w) {
+			// The window may already break the new thresholds or reach a
+			// lower MinCalls: judge it now, as the next outcome would.
+			if cnt := win.totals(now); cnt.calls >= int64(c.MinCalls) {
+				if reason := next.tripReason(cnt); reason != "" {
+					ev, decided = b.setLocked(Open, reason), true
+				}
+			}
+		}
+	case Open:
+		d := next.openDuration(b.consecutive)
+		b.openFor = d
+		if b.timer != nil {
+			b.timer.Stop()
+		}
+		b.armLocked(max(time.Duration(b.since+int64(d)-now), 0), w, b.halfOpen)
+	case HalfOpen:
+		if b.timer != nil {
+			b.timer.Stop()
+			b.timer = nil
+			b.timerSeq++ // a fired timer waiting for mu does nothing
+		}
+		if c.MaxHalfOpenWait > 0 {
+			b.armLocked(max(time.Duration(b.since+int64(c.MaxHalfOpenWait)-now), 0), w, b.halfOpenExpired)
+		}
+		ev, decided = b.decideTrialsLocked()
+	}
+	b.mu.Unlock()
+	if decided {
+		b.emit(ev)
+	}
+	return nil
+}
+
+// sameShape reports whether a window made for a holds what one made for b
+// would: same type and size.
+func sameShape(a, b *Config) bool {
+	if a.WindowType != b.WindowType {
+		return false
+	}
+	if a.WindowType == TimeBased {
+		return a.WindowDuration == b.WindowDuration && a.WindowBuckets == b.WindowBuckets
+	}
+	return a.WindowSize == b.WindowSize
+}
+
 // Snapshot is a breaker's state and counts at one moment.
 type Snapshot struct {
 	// Name is the breaker's Config.Name.
@@ -533,7 +669,8 @@ type Snapshot struct {
 func (b *Breaker) Snapshot() Snapshot {
 	b.mu.Lock()
 	w := b.state.Load()
-	s := Snapshot{Name: b.cfg.Name, State: stateOf(w), Opens: b.opens}
+	cfg := b.cfg.Load()
+	s := Snapshot{Name: b.name, State: stateOf(w), Opens: b.opens}
 	if s.State == HalfOpen {
 		s.TrialsInFlight = int(uint32(b.trials.Load())) - b.trialDone
 	}
@@ -544,7 +681,7 @@ func (b *Breaker) Snapshot() Snapshot {
 			c := win.totals(b.now())
 			s.Calls, s.Failures, s.SlowCalls, s.Saturated = c.calls, c.fails, c.slows, c.sats
 			fails := c.fails
-			if b.cfg.CountSaturation {
+			if cfg.CountSaturation {
 				fails += c.sats
 			}
 			s.FailureRate = percent(fails, c.calls)
@@ -566,7 +703,7 @@ func (b *Breaker) Enter(ctx context.Context) (context.Context, watertight.Ticket
 // Exit implements watertight.Policy: it classifies err with Config.Classify
 // and records the outcome. It returns err unchanged.
 func (b *Breaker) Exit(ctx context.Context, t watertight.Ticket, err error) error {
-	b.record(t.Seq, t.Start, b.cfg.Classify(ctx, err))
+	b.record(t.Seq, t.Start, b.cfg.Load().Classify(ctx, err))
 	return err
 }
 

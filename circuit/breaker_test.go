@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,10 +54,11 @@ func TestBadConfig(t *testing.T) {
 		{circuit.Config{FailureRateThreshold: 101}, "FailureRateThreshold must be a percentage in (0, 100], got 101"},
 		{circuit.Config{FailureRateThreshold: -5}, "FailureRateThreshold must be a percentage in (0, 100]"},
 		{circuit.Config{SlowCallRateThreshold: 150}, "SlowCallRateThreshold must be a percentage in (0, 100]"},
-		{circuit.Config{OpenDuration: -time.Second}, "OpenDuration must be >= 0"},
+		{circuit.Config{OpenJitter: -1, OpenDuration: -time.Second}, "OpenDuration must be >= 0"},
 		{circuit.Config{OpenDurationMultiplier: 0.5}, "OpenDurationMultiplier must be 0 or >= 1"},
-		{circuit.Config{OpenDuration: time.Minute, MaxOpenDuration: time.Second}, "MaxOpenDuration must be >= OpenDuration"},
-		{circuit.Config{OpenJitter: 1}, "OpenJitter must be a fraction in [0, 1)"},
+		{circuit.Config{OpenJitter: -1, OpenDuration: time.Minute, MaxOpenDuration: time.Second}, "MaxOpenDuration must be >= OpenDuration"},
+		{circuit.Config{OpenJitter: 1}, "OpenJitter must be a fraction below 1"},
+		{circuit.Config{OpenJitter: math.NaN()}, "OpenJitter must be a fraction below 1"},
 		{circuit.Config{HalfOpenCalls: -1}, "HalfOpenCalls must be >= 0"},
 		{circuit.Config{WindowType: 7}, "WindowType must be CountBased or TimeBased"},
 		{circuit.Config{WindowType: circuit.TimeBased, WindowDuration: -time.Second}, "WindowDuration must be >= 0"},
@@ -132,7 +134,7 @@ func TestOpenThenHalfOpenThenClosed(t *testing.T) {
 		var mu sync.Mutex
 		var seen []circuit.StateChange
 		b := mustNew(t, circuit.Config{
-			Name: "payments", WindowSize: 4, MinCalls: 4, OpenDuration: 10 * time.Second, HalfOpenCalls: 2,
+			Name: "payments", WindowSize: 4, MinCalls: 4, OpenDuration: 10 * time.Second, OpenJitter: -1, HalfOpenCalls: 2,
 			OnStateChange: func(ev circuit.StateChange) { mu.Lock(); seen = append(seen, ev); mu.Unlock() },
 		})
 		fail(b, 4)
@@ -182,7 +184,7 @@ func TestFailedTrialReopensWithGrowingDuration(t *testing.T) {
 		var opens []time.Duration
 		b := mustNew(t, circuit.Config{
 			WindowSize: 2, MinCalls: 2, OpenDuration: time.Second, OpenDurationMultiplier: 2,
-			MaxOpenDuration: 5 * time.Second, HalfOpenCalls: 3,
+			MaxOpenDuration: 5 * time.Second, OpenJitter: -1, HalfOpenCalls: 3,
 			OnStateChange: func(ev circuit.StateChange) {
 				if ev.To == circuit.Open {
 					opens = append(opens, ev.OpenFor)
@@ -229,7 +231,7 @@ func TestJitterStaysInBounds(t *testing.T) {
 
 func TestMaxHalfOpenWaitReopens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, HalfOpenCalls: 1, MaxHalfOpenWait: 3 * time.Second})
+		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, OpenJitter: -1, HalfOpenCalls: 1, MaxHalfOpenWait: 3 * time.Second})
 		fail(b, 1)
 		time.Sleep(time.Second)
 		synctest.Wait()
@@ -287,7 +289,7 @@ func TestIgnoredAndCancelledDoNotCount(t *testing.T) {
 
 func TestIgnoredTrialFreesItsSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, HalfOpenCalls: 1})
+		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenJitter: -1, OpenDuration: time.Second, HalfOpenCalls: 1})
 		fail(b, 1)
 		time.Sleep(time.Second)
 		synctest.Wait()
@@ -465,7 +467,7 @@ func TestMaxHalfOpenWaitDecidesOnEndedTrials(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var reasons []string
-		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, HalfOpenCalls: 5, MaxHalfOpenWait: 3 * time.Second,
+		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenJitter: -1, OpenDuration: time.Second, HalfOpenCalls: 5, MaxHalfOpenWait: 3 * time.Second,
 			OnStateChange: func(ev circuit.StateChange) { mu.Lock(); reasons = append(reasons, ev.Reason); mu.Unlock() }})
 		fail(b, 1)
 		time.Sleep(time.Second)
@@ -551,7 +553,7 @@ func brief(e watertight.Event) string {
 func TestListenerEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
-		b := mustNew(t, circuit.Config{Name: "payments", WindowSize: 2, MinCalls: 2, OpenDuration: 10 * time.Second, HalfOpenCalls: 1, Listener: rec})
+		b := mustNew(t, circuit.Config{Name: "payments", WindowSize: 2, MinCalls: 2, OpenDuration: 10 * time.Second, OpenJitter: -1, HalfOpenCalls: 1, Listener: rec})
 		start := time.Now()
 		succeed(b, 1)
 		if evs := rec.take(); len(evs) != 0 {
@@ -628,7 +630,7 @@ func TestListenerKeepsTypedHooks(t *testing.T) {
 
 func TestRegistryEventsCarryKey(t *testing.T) {
 	rec := &recorder{}
-	r, err := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{Name: "upstreams", WindowSize: 1, MinCalls: 1, Listener: rec}, MaxKeys: 1})
+	r, err := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{Name: "upstreams", WindowSize: 1, MinCalls: 1, OpenJitter: -1, Listener: rec}, MaxKeys: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -679,7 +681,7 @@ func TestEventListenerMayCallBackIn(t *testing.T) {
 				}
 			}
 		})
-		b = mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, Listener: l})
+		b = mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, OpenJitter: -1, Listener: l})
 		fail(b, 1)
 		_, _ = b.Allow()
 		time.Sleep(time.Second) // open → half-open, from the timer's goroutine
@@ -708,4 +710,202 @@ func TestListenerAllocs(t *testing.T) {
 		t.Fatalf("listener saw %d events", n.Load())
 	}
 	b.Reset()
+}
+
+// An open breaker reconfigured stays open, rejects, and goes half-open at
+// the new open duration counted from when it opened; the reconfiguration
+// itself reports no state change.
+func TestReconfigureKeepsOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		open   time.Duration // the new OpenDuration
+		halfAt time.Duration // since the opening
+	}{
+		{"longer", 30 * time.Second, 30 * time.Second},
+		{"shorter", 6 * time.Second, 6 * time.Second},
+		{"already over", 2 * time.Second, 4 * time.Second}, // reconfigured at 4s: half-open at once
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var changes atomic.Int64
+				cfg := circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: 10 * time.Second, OpenJitter: -1,
+					OnStateChange: func(circuit.StateChange) { changes.Add(1) }}
+				b := mustNew(t, cfg)
+				opened := time.Now()
+				fail(b, 1)
+				time.Sleep(4 * time.Second)
+				cfg.OpenDuration = tc.open
+				if err := b.Reconfigure(cfg); err != nil {
+					t.Fatal(err)
+				}
+				if tc.halfAt > 4*time.Second {
+					if b.State() != circuit.Open || changes.Load() != 1 {
+						t.Fatalf("after Reconfigure: state %v, %d state changes; want open, 1", b.State(), changes.Load())
+					}
+					time.Sleep(tc.halfAt - time.Since(opened) - time.Nanosecond)
+					synctest.Wait()
+					if _, err := b.Allow(); !errors.Is(err, circuit.ErrOpen) {
+						t.Fatalf("Allow 1ns before the new open time = %v, want ErrOpen", err)
+					}
+					time.Sleep(time.Nanosecond)
+				}
+				synctest.Wait()
+				if b.State() != circuit.HalfOpen || time.Since(opened) != tc.halfAt {
+					t.Fatalf("state %v at %v; want half-open at %v", b.State(), time.Since(opened), tc.halfAt)
+				}
+				if s := b.Snapshot(); s.Opens != 1 {
+					t.Fatalf("Opens = %d, want 1", s.Opens)
+				}
+				b.Reset()
+			})
+		})
+	}
+}
+
+// A reconfigured closed breaker keeps its window when the shape is the same
+// and judges it by the new thresholds at once; another shape starts empty.
+func TestReconfigureWindow(t *testing.T) {
+	cfg := circuit.Config{WindowSize: 10, MinCalls: 10, FailureRateThreshold: 50}
+	b := mustNew(t, cfg)
+	fail(b, 3)
+	succeed(b, 5)
+	cfg.FailureRateThreshold = 60
+	if err := b.Reconfigure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.Snapshot(); s.State != circuit.Closed || s.Calls != 8 || s.Failures != 3 {
+		t.Fatalf("same shape: %+v, want the 8 calls and 3 failures kept", s)
+	}
+	cfg.WindowSize, cfg.MinCalls = 20, 5
+	if err := b.Reconfigure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if s := b.Snapshot(); s.Calls != 0 {
+		t.Fatalf("new WindowSize: %d calls kept, want a fresh window", s.Calls)
+	}
+	fail(b, 3)
+	succeed(b, 3)
+	cfg.FailureRateThreshold = 50 // 3 of 6 failed: 50% with 6 >= MinCalls 5
+	if err := b.Reconfigure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if b.State() != circuit.Open {
+		t.Fatalf("state %v, want open: the kept window breaks the new threshold", b.State())
+	}
+	b.Reset()
+}
+
+// Half-open: the new HalfOpenCalls decides the trials that already ended.
+func TestReconfigureHalfOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, OpenJitter: -1, HalfOpenCalls: 3}
+		b := mustNew(t, cfg)
+		fail(b, 1)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		succeed(b, 1)
+		if b.State() != circuit.HalfOpen {
+			t.Fatalf("state %v, want half-open with 1 of 3 trials done", b.State())
+		}
+		cfg.HalfOpenCalls = 1
+		if err := b.Reconfigure(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if b.State() != circuit.Closed {
+			t.Fatalf("state %v, want closed: the one trial needed has succeeded", b.State())
+		}
+	})
+}
+
+// An invalid configuration is refused and changes nothing; manual states
+// are kept.
+func TestReconfigureInvalidAndManual(t *testing.T) {
+	b := mustNew(t, circuit.Config{Name: "db", WindowSize: 4, MinCalls: 4})
+	err := b.Reconfigure(circuit.Config{WindowSize: 2, MinCalls: 4})
+	if err == nil || !strings.Contains(err.Error(), "WindowSize must be >= MinCalls") {
+		t.Fatalf("Reconfigure(invalid) = %v", err)
+	}
+	b.ForceOpen()
+	if err := b.Reconfigure(circuit.Config{Name: "other", OpenDuration: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if b.State() != circuit.ForcedOpen || b.Name() != "db" {
+		t.Fatalf("state %v, name %q; want forced-open, db", b.State(), b.Name())
+	}
+	b.Reset()
+}
+
+// Reconfigure races with calls (run with -race).
+func TestReconfigureConcurrent(t *testing.T) {
+	b := mustNew(t, circuit.Config{WindowSize: 4, MinCalls: 4, OpenDuration: time.Millisecond})
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if p, err := b.Allow(); err == nil {
+					p.Done([]watertight.Outcome{watertight.Success, watertight.Failure}[i%2])
+				}
+			}
+		})
+	}
+	for i := range 200 {
+		c := circuit.Config{WindowSize: 4 + i%3, MinCalls: 4, OpenDuration: time.Millisecond, SlowCallDuration: time.Duration(i%2) * time.Second}
+		if err := b.Reconfigure(c); err != nil {
+			t.Error(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	b.ForceOpen() // stop the timers
+}
+
+// OpenJitter: zero means DefaultOpenJitter, negative means none.
+func TestOpenJitterDefault(t *testing.T) {
+	if got := circuit.DefaultConfig().OpenJitter; got != 0.1 {
+		t.Fatalf("DefaultConfig().OpenJitter = %v, want 0.1", got)
+	}
+	for _, tc := range []struct {
+		jitter float64
+		want   time.Duration
+	}{{0, 9 * time.Second}, {-1, 10 * time.Second}, {0.5, 5 * time.Second}} {
+		var got time.Duration
+		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: 10 * time.Second, OpenJitter: tc.jitter,
+			Rand: func() float64 { return 0 }, // the shortest draw
+			OnStateChange: func(ev circuit.StateChange) {
+				if ev.To == circuit.Open {
+					got = ev.OpenFor
+				}
+			}})
+		fail(b, 1)
+		b.Reset()
+		if got != tc.want {
+			t.Errorf("OpenJitter %v: open for %v, want %v", tc.jitter, got, tc.want)
+		}
+	}
+	// Without Rand, backoff.Spread draws within ±10% by default.
+	seen := map[time.Duration]bool{}
+	for range 20 {
+		var got time.Duration
+		b := mustNew(t, circuit.Config{WindowSize: 1, MinCalls: 1, OpenDuration: 10 * time.Second,
+			OnStateChange: func(ev circuit.StateChange) {
+				if ev.To == circuit.Open {
+					got = ev.OpenFor
+				}
+			}})
+		fail(b, 1)
+		b.Reset()
+		if got < 9*time.Second || got > 11*time.Second {
+			t.Fatalf("default jitter: open for %v, want within 10s ± 10%%", got)
+		}
+		seen[got] = true
+	}
+	if len(seen) < 2 {
+		t.Fatalf("20 openings all lasted %v: no jitter by default", seen)
+	}
 }

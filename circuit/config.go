@@ -38,6 +38,7 @@ const (
 	DefaultFailureRateThreshold  = 50.0
 	DefaultSlowCallRateThreshold = 100.0
 	DefaultOpenDuration          = 30 * time.Second
+	DefaultOpenJitter            = 0.1
 	DefaultHalfOpenCalls         = 5
 	DefaultMaxHalfOpenWait       = 60 * time.Second
 )
@@ -104,8 +105,10 @@ type Config struct {
 	MaxOpenDuration time.Duration
 	// OpenJitter spreads open durations by a random fraction, so breakers
 	// that opened together do not probe together: each duration is scaled
-	// by a factor drawn uniformly from [1-OpenJitter, 1+OpenJitter]. Zero
-	// means no jitter. Must be in [0, 1).
+	// by a factor drawn uniformly from [1-OpenJitter, 1+OpenJitter]
+	// (backoff.Spread), then capped by MaxOpenDuration. Zero means
+	// DefaultOpenJitter (0.1); a negative value means no jitter, for
+	// reproducible open durations. Must be below 1.
 	OpenJitter float64
 
 	// HalfOpenCalls is the number of trial calls let through in half-open.
@@ -160,7 +163,8 @@ type Config struct {
 
 // DefaultConfig returns the configuration that zero fields resolve to: a
 // count window of 100 calls, at least 20 calls before tripping, 50% failure
-// rate, slow calls not measured, open for 30s without growth, 5 trial calls,
+// rate, slow calls not measured, open for 30s (spread by ±10%) without
+// growth, 5 trial calls,
 // at most 60s in half-open. MaxOpenDuration is left zero, so that it follows
 // OpenDuration (10·OpenDuration) when a caller changes the latter.
 func DefaultConfig() Config {
@@ -175,6 +179,7 @@ func DefaultConfig() Config {
 		OpenDuration:           DefaultOpenDuration,
 		OpenDurationMultiplier: 1,
 		MaxOpenDuration:        10 * DefaultOpenDuration,
+		OpenJitter:             DefaultOpenJitter,
 		HalfOpenCalls:          DefaultHalfOpenCalls,
 		MaxHalfOpenWait:        DefaultMaxHalfOpenWait,
 	}
@@ -254,8 +259,11 @@ func (c Config) resolve() (Config, error) {
 	if c.MaxOpenDuration < c.OpenDuration {
 		return c, fmt.Errorf("circuit: Config.MaxOpenDuration must be >= OpenDuration (%v), got %v", c.OpenDuration, c.MaxOpenDuration)
 	}
-	if !(c.OpenJitter >= 0 && c.OpenJitter < 1) {
-		return c, bad("OpenJitter", "must be a fraction in [0, 1)", c.OpenJitter)
+	if !(c.OpenJitter < 1) {
+		return c, bad("OpenJitter", "must be a fraction below 1 (0 means 0.1, negative means no jitter)", c.OpenJitter)
+	}
+	if c.OpenJitter == 0 {
+		c.OpenJitter = DefaultOpenJitter
 	}
 	if c.HalfOpenCalls < 0 {
 		return c, bad("HalfOpenCalls", "must be >= 0 (0 means 5)", c.HalfOpenCalls)

@@ -72,6 +72,7 @@ func ExampleRegistry() {
 func ExampleConfig_listener() {
 	b, _ := circuit.New(circuit.Config{
 		Name: "ratings", WindowSize: 2, MinCalls: 2,
+		OpenJitter: -1, // exact open durations, for the output below
 		Listener: watertight.ListenerFunc(func(e watertight.Event) {
 			switch e.Kind {
 			case watertight.EventStateChange:

@@ -23,6 +23,7 @@ type model struct {
 	gen     int
 	origin  time.Duration // when the current window began (time windows)
 	outs    []modelOut    // closed-state window
+	since   time.Duration // when the current state began
 	openEnd time.Duration // when Open ends
 	hoEnd   time.Duration // when HalfOpen gives up (if MaxHalfOpenWait > 0)
 	issued  int           // trials admitted in this half-open
@@ -45,12 +46,14 @@ type modelPermit struct {
 	gen   int
 	state circuit.State
 	start time.Duration
+	timed bool // slow calls were measured when it was allowed
 }
 
 func (m *model) set(to circuit.State) {
 	m.events = append(m.events, m.state.String()+">"+to.String())
 	m.state = to
 	m.gen++
+	m.since = m.now
 	switch to {
 	case circuit.Closed:
 		m.consec = 0
@@ -59,20 +62,83 @@ func (m *model) set(to circuit.State) {
 	case circuit.Open:
 		m.opens++
 		m.consec++
-		d := m.cfg.OpenDuration
-		for i := 1; i < m.consec; i++ {
-			d = time.Duration(float64(d) * m.cfg.OpenDurationMultiplier)
-			if d >= m.cfg.MaxOpenDuration {
-				break
-			}
-		}
-		if d > m.cfg.MaxOpenDuration {
-			d = m.cfg.MaxOpenDuration
-		}
-		m.openEnd = m.now + d
+		m.openEnd = m.now + m.openDuration()
 	case circuit.HalfOpen:
 		m.issued, m.done, m.fails, m.slows = 0, 0, 0, 0
 		m.hoEnd = m.now + m.cfg.MaxHalfOpenWait
+	}
+}
+
+// openDuration is the length of the current (m.consec-th) opening.
+func (m *model) openDuration() time.Duration {
+	d := m.cfg.OpenDuration
+	for i := 1; i < m.consec; i++ {
+		d = time.Duration(float64(d) * m.cfg.OpenDurationMultiplier)
+		if d >= m.cfg.MaxOpenDuration {
+			break
+		}
+	}
+	return min(d, m.cfg.MaxOpenDuration)
+}
+
+// reconfigure is Breaker.Reconfigure: the state is kept, the window too
+// when its shape is the same, and the timers are counted anew from when the
+// state began.
+func (m *model) reconfigure(c circuit.Config) {
+	if c.MaxHalfOpenWait == 0 {
+		c.MaxHalfOpenWait = circuit.DefaultMaxHalfOpenWait
+	}
+	old := m.cfg
+	m.cfg = c
+	switch m.state {
+	case circuit.Closed:
+		same := old.WindowType == c.WindowType && (c.WindowType == circuit.CountBased && old.WindowSize == c.WindowSize ||
+			c.WindowType == circuit.TimeBased && old.WindowDuration == c.WindowDuration && old.WindowBuckets == c.WindowBuckets)
+		if !same {
+			m.outs = nil
+			m.origin = m.now
+		}
+		m.judge()
+	case circuit.Open: // a time already past fires now, not then
+		m.openEnd = max(m.since+m.openDuration(), m.now)
+	case circuit.HalfOpen:
+		m.hoEnd = max(m.since+m.cfg.MaxHalfOpenWait, m.now)
+		m.decideTrials()
+	}
+	m.advance(m.now) // timers now due fire at once
+}
+
+// judge opens a closed breaker whose window breaks the thresholds.
+func (m *model) judge() {
+	w := m.window()
+	if len(w) < m.cfg.MinCalls || len(w) == 0 {
+		return
+	}
+	var f, s int
+	for _, x := range w {
+		if x.fail {
+			f++
+		}
+		if x.slow {
+			s++
+		}
+	}
+	if float64(f)*100/float64(len(w)) >= m.cfg.FailureRateThreshold ||
+		m.cfg.SlowCallDuration > 0 && float64(s)*100/float64(len(w)) >= m.cfg.SlowCallRateThreshold {
+		m.set(circuit.Open)
+	}
+}
+
+// decideTrials closes or reopens a half-open breaker its trials decide.
+func (m *model) decideTrials() {
+	n := float64(m.cfg.HalfOpenCalls)
+	switch {
+	case float64(m.fails)*100/n >= m.cfg.FailureRateThreshold:
+		m.set(circuit.Open)
+	case m.cfg.SlowCallDuration > 0 && float64(m.slows)*100/n >= m.cfg.SlowCallRateThreshold:
+		m.set(circuit.Open)
+	case m.done >= m.cfg.HalfOpenCalls:
+		m.set(circuit.Closed)
 	}
 }
 
@@ -106,11 +172,11 @@ func (m *model) advance(t time.Duration) {
 func (m *model) allow() (modelPermit, bool) {
 	switch m.state {
 	case circuit.Closed:
-		return modelPermit{m.gen, m.state, m.now}, true
+		return modelPermit{m.gen, m.state, m.now, m.cfg.SlowCallDuration > 0}, true
 	case circuit.HalfOpen:
 		if m.issued < m.cfg.HalfOpenCalls {
 			m.issued++
-			return modelPermit{m.gen, m.state, m.now}, true
+			return modelPermit{m.gen, m.state, m.now, m.cfg.SlowCallDuration > 0}, true
 		}
 	}
 	m.reject++
@@ -147,27 +213,11 @@ func (m *model) done_(p modelPermit, o watertight.Outcome) {
 		return
 	}
 	fail := o == watertight.Failure
-	slow := m.cfg.SlowCallDuration > 0 && m.now-p.start >= m.cfg.SlowCallDuration
+	slow := p.timed && m.cfg.SlowCallDuration > 0 && m.now-p.start >= m.cfg.SlowCallDuration
 	switch m.state {
 	case circuit.Closed:
 		m.outs = append(m.outs, modelOut{m.now, fail, slow})
-		w := m.window()
-		if len(w) < m.cfg.MinCalls {
-			return
-		}
-		var f, s int
-		for _, x := range w {
-			if x.fail {
-				f++
-			}
-			if x.slow {
-				s++
-			}
-		}
-		if float64(f)*100/float64(len(w)) >= m.cfg.FailureRateThreshold ||
-			m.cfg.SlowCallDuration > 0 && float64(s)*100/float64(len(w)) >= m.cfg.SlowCallRateThreshold {
-			m.set(circuit.Open)
-		}
+		m.judge()
 	case circuit.HalfOpen:
 		m.done++
 		if fail {
@@ -176,15 +226,7 @@ func (m *model) done_(p modelPermit, o watertight.Outcome) {
 		if slow {
 			m.slows++
 		}
-		n := float64(m.cfg.HalfOpenCalls)
-		switch {
-		case float64(m.fails)*100/n >= m.cfg.FailureRateThreshold:
-			m.set(circuit.Open)
-		case m.cfg.SlowCallDuration > 0 && float64(m.slows)*100/n >= m.cfg.SlowCallRateThreshold:
-			m.set(circuit.Open)
-		case m.done >= m.cfg.HalfOpenCalls:
-			m.set(circuit.Closed)
-		}
+		m.decideTrials()
 	}
 }
 
@@ -201,24 +243,36 @@ func genConfig(t *rapid.T) circuit.Config {
 		OpenDurationMultiplier: rapid.SampledFrom([]float64{1, 2, 3}).Draw(t, "multiplier"),
 		HalfOpenCalls:          rapid.IntRange(1, 4).Draw(t, "halfOpenCalls"),
 		MaxHalfOpenWait:        time.Duration(rapid.SampledFrom([]int{-1, 5, 20}).Draw(t, "maxHalfOpenSeconds")) * time.Second,
+		OpenJitter:             -1, // the model's open durations are exact
 	}
 	c.MinCalls = rapid.IntRange(1, c.WindowSize).Draw(t, "minCalls")
 	c.MaxOpenDuration = c.OpenDuration * time.Duration(rapid.IntRange(1, 8).Draw(t, "maxOpenFactor"))
 	return c
 }
 
+// genReconfigs draws the configurations a sequence may reconfigure to: one
+// with base's window shape (so the window is kept) and one drawn afresh.
+func genReconfigs(t *rapid.T, base circuit.Config) []circuit.Config {
+	same := genConfig(t)
+	same.WindowType, same.WindowSize, same.WindowDuration, same.WindowBuckets =
+		base.WindowType, base.WindowSize, base.WindowDuration, base.WindowBuckets
+	same.MinCalls = min(same.MinCalls, same.WindowSize)
+	return []circuit.Config{same, genConfig(t)}
+}
+
 type op struct {
-	kind    int // 0-3 start a call, 4-7 end one, 8-9 let time pass
+	kind    int // 0-3 start a call, 4-7 end one, 8-9 let time pass, 10 reconfigure
 	pick    int // which call ends (modulo the calls in flight)
 	outcome watertight.Outcome
 	advance time.Duration
 }
 
-func genOps(t *rapid.T) []op {
+// genOps draws a sequence of ops of kinds [0, kinds).
+func genOps(t *rapid.T, kinds int) []op {
 	outcomes := []watertight.Outcome{watertight.Success, watertight.Failure, watertight.Ignored}
 	return rapid.SliceOfN(rapid.Custom(func(t *rapid.T) op {
 		return op{
-			kind:    rapid.IntRange(0, 9).Draw(t, "kind"),
+			kind:    rapid.IntRange(0, kinds-1).Draw(t, "kind"),
 			pick:    rapid.IntRange(0, 1000).Draw(t, "pick"),
 			outcome: rapid.SampledFrom(outcomes).Draw(t, "outcome"),
 			advance: time.Duration(rapid.IntRange(0, 12000).Draw(t, "advanceMs")) * time.Millisecond,
@@ -238,9 +292,9 @@ func TestBreakerMatchesModel(t *testing.T) {
 	for range rounds {
 		rapid.Check(t, func(rt *rapid.T) {
 			cfg := genConfig(rt)
-			ops := genOps(rt)
+			ops := genOps(rt, 10)
 			var err error
-			synctest.Test(t, func(*testing.T) { err = runAgainstModel(cfg, ops) })
+			synctest.Test(t, func(*testing.T) { err = runAgainstModel(cfg, nil, ops) })
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -248,7 +302,31 @@ func TestBreakerMatchesModel(t *testing.T) {
 	}
 }
 
-func runAgainstModel(cfg circuit.Config, ops []op) error {
+// TestReconfigureMatchesModel is TestBreakerMatchesModel with
+// reconfigurations in the sequences, to a configuration with the same
+// window shape (the window is kept) or to another drawn afresh: the state,
+// the open and half-open timers counted from when the state began, and the
+// thresholds judged at once must agree with the model's.
+func TestReconfigureMatchesModel(t *testing.T) {
+	rounds := 50
+	if testing.Short() {
+		rounds = 5
+	}
+	for range rounds {
+		rapid.Check(t, func(rt *rapid.T) {
+			cfg := genConfig(rt)
+			alts := genReconfigs(rt, cfg)
+			ops := genOps(rt, 11)
+			var err error
+			synctest.Test(t, func(*testing.T) { err = runAgainstModel(cfg, alts, ops) })
+			if err != nil {
+				rt.Fatal(err)
+			}
+		})
+	}
+}
+
+func runAgainstModel(cfg circuit.Config, alts []circuit.Config, ops []op) error {
 	var mu sync.Mutex
 	var events []string
 	cfg.OnStateChange = func(ev circuit.StateChange) {
@@ -290,10 +368,18 @@ func runAgainstModel(cfg circuit.Config, ops []op) error {
 			m.done_(permits[k].mod, o.outcome)
 			permits = append(permits[:k], permits[k+1:]...)
 			synctest.Wait()
-		default: // time passes
+		case o.kind < 10: // time passes
 			time.Sleep(o.advance)
 			synctest.Wait()
 			m.advance(time.Since(start))
+		default: // reconfigure; the timers it makes due fire at once
+			c := alts[o.pick%len(alts)]
+			c.OnStateChange = cfg.OnStateChange
+			if err := b.Reconfigure(c); err != nil {
+				return fmt.Errorf("step %d: Reconfigure: %v", i, err)
+			}
+			synctest.Wait()
+			m.reconfigure(c)
 		}
 		if got := b.State(); got != m.state {
 			return fmt.Errorf("step %d: state %v, model %v", i, got, m.state)
