@@ -209,13 +209,14 @@ func (s *MemoryStore) Claim(ctx context.Context, key, fp string, lockTTL, ttl ti
 		return Claim{}, fmt.Errorf("%w: all %d entries are in-flight claims, and claims are never evicted; retry later, or raise MemoryConfig.MaxEntries or MaxBytes", ErrFull, n)
 	}
 	s.tokens++
-	e := &entry{key: key, fp: fp, token: strconv.FormatUint(s.tokens, 10), expires: now.Add(lockTTL), keepUntil: now.Add(ttl), size: size}
+	token := strconv.FormatUint(s.tokens, 10)
+	e := &entry{key: key, fp: fp, token: token, expires: now.Add(lockTTL), keepUntil: now.Add(ttl), size: size}
 	s.m[key] = e
 	heap.Push(&s.expiry, e)
 	s.bytes += size
 	s.claims++
 	s.mu.Unlock()
-	return Claim{State: Claimed, Token: e.token, Fingerprint: fp}, nil
+	return Claim{State: Claimed, Token: token, Fingerprint: fp}, nil
 }
 
 // Complete implements Store. It fails with ErrNotOwner when token does not
