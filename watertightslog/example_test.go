@@ -23,7 +23,7 @@ func Example() {
 	}))
 	l := watertightslog.NewListener(logger, watertightslog.Options{})
 
-	b, _ := circuit.New(circuit.Config{Name: "payments", WindowSize: 2, MinCalls: 2, Listener: l})
+	b, _ := circuit.New(circuit.Config{Name: "payments", WindowSize: 2, MinCalls: 2, OpenJitter: -1, Listener: l})
 	for range 3 {
 		_, _ = circuit.Call(context.Background(), b, func(context.Context) (int, error) {
 			return 0, errors.New("connection refused")

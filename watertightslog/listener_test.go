@@ -165,7 +165,7 @@ func TestWithPackages(t *testing.T) {
 		l := watertightslog.NewListener(textLogger(&buf, slog.LevelInfo), watertightslog.Options{
 			Levels: map[watertight.EventKind]slog.Level{watertight.EventBulkheadFull: slog.LevelInfo},
 		})
-		b, _ := circuit.New(circuit.Config{Name: "db", WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, Listener: l})
+		b, _ := circuit.New(circuit.Config{Name: "db", WindowSize: 1, MinCalls: 1, OpenDuration: time.Second, OpenJitter: -1, Listener: l})
 		h, _ := bulkhead.New(bulkhead.Config{Name: "db", MaxConcurrent: 1, Listener: l})
 		_ = h.Acquire(context.Background())
 		_ = h.Acquire(context.Background())

@@ -149,7 +149,7 @@ func fail(b *circuit.Breaker, n int) {
 func TestBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, watertightotel.Config{})
-		b, err := circuit.New(circuit.Config{Name: "payments", WindowSize: 10, MinCalls: 4, OpenDuration: time.Second})
+		b, err := circuit.New(circuit.Config{Name: "payments", WindowSize: 10, MinCalls: 4, OpenDuration: time.Second, OpenJitter: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -112,7 +112,7 @@ func fail(b *circuit.Breaker, n int) {
 
 func TestBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := circuit.New(circuit.Config{Name: "payments", WindowSize: 10, MinCalls: 4, OpenDuration: time.Second, HalfOpenCalls: 2})
+		b, err := circuit.New(circuit.Config{Name: "payments", WindowSize: 10, MinCalls: 4, OpenDuration: time.Second, OpenJitter: -1, HalfOpenCalls: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ func TestBreakerRegistryEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCollector(t, watertightprom.Config{})
 		r, err := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{
-			Name: "hosts", WindowSize: 4, MinCalls: 2, OpenDuration: time.Second, Listener: c,
+			Name: "hosts", WindowSize: 4, MinCalls: 2, OpenDuration: time.Second, OpenJitter: -1, Listener: c,
 		}})
 		if err != nil {
 			t.Fatal(err)
