@@ -80,17 +80,19 @@ type IdempotencyConfig struct {
 	// method, the escaped path with the query, and the body byte for byte.
 	Fingerprint func(r *http.Request, body []byte) string
 	// TTL is how long a result is kept, and replayed, after the request
-	// that made it. Zero means DefaultIdempotencyTTL (24h). It must not be
-	// negative. Publish it to your clients (the draft asks for it): a retry
-	// later than TTL runs the operation again.
+	// that made it — and how long a key whose outcome is unknown is
+	// answered so, from its claim. Zero means DefaultIdempotencyTTL (24h).
+	// It must not be negative. Publish it to your clients (the draft asks
+	// for it): a retry later than TTL runs the operation again.
 	TTL time.Duration
 	// LockTTL is how long a claim lasts if its request never finishes —
-	// the process died — after which a retry with the key runs. It must be
+	// the process died, or the store failed while the response was saved —
+	// after which the key answers "outcome unknown" (500) until TTL has
+	// passed since the claim: it is never run again meanwhile. It must be
 	// longer than the handler ever runs: the handler's context ends (with
 	// the cause idempotency.ErrLockExpiring) when nine tenths of it have
-	// passed, because past it a retry could run the operation a second
-	// time. Zero means DefaultIdempotencyLockTTL (30s). It must not be
-	// negative.
+	// passed, because past it the response can no longer be stored. Zero
+	// means DefaultIdempotencyLockTTL (30s). It must not be negative.
 	LockTTL time.Duration
 	// MaxKeyLength bounds the key, in bytes. Zero means
 	// idempotency.DefaultMaxKeyLength (255). It must not be negative.
@@ -102,8 +104,9 @@ type IdempotencyConfig struct {
 	MaxRequestBytes int64
 	// MaxResponseBytes bounds the response body the middleware buffers to
 	// store. A response that grows past it is streamed to the client as
-	// usual, but not stored: the key is released when the handler returns
-	// (so a retry runs again), and the Logger and the Listener are told.
+	// usual, but not stored: the key is marked "outcome unknown" (a retry
+	// gets 500, never a second run), and the Logger and the Listener are
+	// told.
 	// Zero means DefaultIdempotencyMaxBytes (1 MiB); a negative value means
 	// no limit.
 	MaxResponseBytes int64
@@ -111,7 +114,8 @@ type IdempotencyConfig struct {
 	// the result and get it replayed, instead of 409 Conflict at once. It
 	// polls the store, with backoff, until the result is there, or until
 	// MaxWait, or the request's context, ends, and then answers 409; if the
-	// claim is released or expires meanwhile, it runs the request itself.
+	// claim is released meanwhile, it runs the request itself, and if the
+	// claim's lock ends without a result, it answers "outcome unknown".
 	WaitInFlight bool
 	// MaxWait bounds the wait of WaitInFlight. Zero means LockTTL. It must
 	// not be negative.
@@ -199,6 +203,15 @@ func ScopeHeader(name string) func(*http.Request) string {
 //     ran (fail closed, unless FailOpen) [ErrStoreUnavailable]; the body
 //     says it is safe to retry with the same key. It does not carry
 //     HeaderOverloaded: a Transport retries it.
+//   - 500 Internal Server Error, Idempotency-Outcome: unknown: an earlier
+//     request with the key may have been applied, and its outcome was not
+//     recorded [ErrOutcomeUnknown]; nothing ran for this request. The body
+//     says to check the resource (GET it) before sending the request again
+//     with a new key; the same key gets the same answer until TTL has
+//     passed since the first request.
+//   - 410 Gone, Idempotency-Outcome: forgotten: the key's response was
+//     dropped early to make room in the store, so it cannot be replayed
+//     [ErrForgotten]; nothing ran.
 //
 // # What is stored
 //
@@ -206,10 +219,18 @@ func ScopeHeader(name string) func(*http.Request) string {
 // (less hop-by-hop fields, Content-Length, Date and trailers) and the body,
 // whatever the status: a 500 is replayed like a 201, because the draft asks
 // it and because a handler that failed half-way may have done something
-// that must not be done twice. A key is released instead, so that a retry
-// runs again, when the handler panics (the panic goes on), when it calls
-// ReleaseIdempotencyKey, when Release says so, and when the response is too
-// large to store or the store cannot keep it.
+// that must not be done twice.
+//
+// At most once per key: once the handler has started, its key is never
+// handed to another request while the key is remembered (TTL). A key is
+// released, so that a retry runs again, only on the handler's word: when it
+// calls ReleaseIdempotencyKey or Release says so. When the response cannot
+// be stored — it outgrew MaxResponseBytes, the store refused it as too
+// large or full, or the handler panicked (the panic goes on) — the key is
+// marked "outcome unknown" instead; when the store fails while the response
+// is saved, the response still goes to the client and the claim is left
+// held: a retry gets 409 until LockTTL, then "outcome unknown". See
+// docs/idempotency.md.
 //
 // The response is buffered, so the client receives it after the handler
 // returns and its result is stored (Flush does nothing until the response
@@ -426,39 +447,46 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.storeFailed(w, r, err)
 		return
 	}
-	switch c.State {
-	case idempotency.Claimed:
+	switch idempotency.Resolve(c, fp) {
+	case idempotency.Run:
 		h.run(w, r, key, skey, fp, c.Token)
-	case idempotency.Completed:
-		stored := c.Fingerprint
-		if stored == "" && c.Record != nil {
-			stored = c.Record.Fingerprint
-		}
-		if c.Record == nil {
-			h.storeFailed(w, r, errors.New("the store answered completed without a record"))
-			return
-		}
-		if stored != fp {
-			h.mismatch(w, r)
-			return
-		}
+	case idempotency.Replay:
 		writeRecord(w, c.Record, true)
 		watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventReplayed, Source: "idempotency", Name: h.name, Key: defaultRoute(r),
 			Reason: "replayed the stored response (status " + strconv.Itoa(c.Record.Status) + ")"})
-	case idempotency.InFlight:
-		if c.Fingerprint != fp {
-			h.mismatch(w, r)
-			return
-		}
+	case idempotency.Mismatch:
+		h.mismatch(w, r)
+	case idempotency.Wait:
 		detail := "A request with the same Idempotency-Key is still being processed. Retry later with the same key to get its result."
 		if h.wait {
 			detail = "A request with the same Idempotency-Key is still being processed; this request waited for its result and gave up. Retry later with the same key to get it."
 		}
 		h.problem(w, r, http.StatusConflict, "A request is outstanding for this Idempotency-Key", detail, idempotency.ErrInFlight, true)
+	case idempotency.AnswerUnknown:
+		w.Header().Set(idempotency.HeaderOutcome, idempotency.OutcomeUnknown)
+		h.problem(w, r, http.StatusInternalServerError, "Outcome unknown for this Idempotency-Key", unknownDetail, idempotency.ErrOutcomeUnknown, false)
+	case idempotency.AnswerForgotten:
+		w.Header().Set(idempotency.HeaderOutcome, idempotency.OutcomeForgotten)
+		h.problem(w, r, http.StatusGone, "Idempotency-Key too old to be replayed",
+			"The request with this Idempotency-Key was processed, but its stored response was dropped early to make room, so it cannot be replayed; "+
+				"this request was not processed: nothing was done. Check the resource (for example, GET it) for the outcome; "+
+				"use a new key only for a new operation.",
+			idempotency.ErrForgotten, false)
 	default:
+		if c.State == idempotency.Completed && c.Record == nil {
+			h.storeFailed(w, r, errors.New("the store answered completed without a record"))
+			return
+		}
 		h.storeFailed(w, r, fmt.Errorf("the store answered an unknown claim state %d", c.State))
 	}
 }
+
+// unknownDetail is the detail of the answer to a key whose outcome is
+// unknown.
+const unknownDetail = "A request with this Idempotency-Key may have been applied, but its outcome was not recorded " +
+	"(the server failed while saving it), so it cannot be replayed; this request was not processed: nothing was done. " +
+	"Check the resource (for example, GET it) before sending the request again, and if it was not applied, send it with a NEW Idempotency-Key: " +
+	"the same key gets this answer again."
 
 func (h *idemHandler) mismatch(w http.ResponseWriter, r *http.Request) {
 	h.problem(w, r, http.StatusUnprocessableEntity, "Idempotency-Key is already used",
@@ -561,7 +589,11 @@ func ReleaseIdempotencyKey(ctx context.Context) bool {
 	return ok
 }
 
-// run runs the handler under the claim tok and stores its response.
+// run runs the handler under the claim tok and stores its response. Once
+// the handler has started, the claim is never released but on the
+// handler's word (ReleaseIdempotencyKey, Release): the response is stored,
+// or the marker "outcome unknown" (idempotency.Save), or, when the store
+// fails, the claim is left to end as Unknown.
 func (h *idemHandler) run(w http.ResponseWriter, r *http.Request, key, skey, fp, tok string) {
 	st := &idemState{key: key}
 	ctx := context.WithValue(r.Context(), idemStateKey{}, st)
@@ -571,8 +603,8 @@ func (h *idemHandler) run(w http.ResponseWriter, r *http.Request, key, skey, fp,
 
 	finished := false
 	defer func() {
-		if !finished { // a panic (or runtime.Goexit): release and let it go on
-			h.releaseClaim(r, skey, tok, "the handler panicked", nil)
+		if !finished { // a panic (or runtime.Goexit): the handler may have done its work
+			h.save(r, key, skey, fp, tok, nil, "the handler panicked")
 		}
 	}()
 	h.next.ServeHTTP(rec, r.WithContext(ctx))
@@ -581,7 +613,7 @@ func (h *idemHandler) run(w http.ResponseWriter, r *http.Request, key, skey, fp,
 	rec.finish()
 	if rec.streamed {
 		rec.flushTrailers()
-		h.releaseClaim(r, skey, tok, fmt.Sprintf("the response body was larger than MaxResponseBytes (%d bytes): sent, not stored", h.maxResp), nil)
+		h.save(r, key, skey, fp, tok, nil, fmt.Sprintf("the response body was larger than MaxResponseBytes (%d bytes): sent, not stored", h.maxResp))
 		return
 	}
 	if st.release.Load() || (h.release != nil && h.release(r, rec.status)) {
@@ -596,25 +628,54 @@ func (h *idemHandler) run(w http.ResponseWriter, r *http.Request, key, skey, fp,
 		Body:        rec.buf.Bytes(),
 		Created:     time.Now(),
 	}
-	sctx, scancel := h.storeCtx(context.WithoutCancel(r.Context()))
-	err := h.store.Complete(sctx, skey, tok, stored, h.ttl)
-	scancel()
-	if err != nil {
-		if errors.Is(err, idempotency.ErrNotOwner) {
-			// The claim expired while the handler ran: another request
-			// may have run the operation too. Nothing to release.
-			h.logger.Error("watertighthttp: idempotency claim expired before the handler finished: the operation may have run twice; raise LockTTL above the handler's longest run",
-				"name", h.name, "route", defaultRoute(r), "key", key, "lock_ttl", h.lockTTL)
-			watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventStateChange, Source: "idempotency", Name: h.name, Key: defaultRoute(r),
-				From: "claimed", To: "expired", Reason: "the claim expired before the handler finished; the response was not stored", Err: err})
-		} else {
-			h.releaseClaim(r, skey, tok, "the store could not keep the response", err)
-		}
-	}
+	h.save(r, key, skey, fp, tok, &stored, "")
 	rec.send()
 }
 
-// releaseClaim releases the claim tok, and logs and emits why.
+// save stores the handler's result, or the marker "outcome unknown" when
+// stored is nil (why says why) or the store refuses it, and logs and emits
+// what was not stored.
+func (h *idemHandler) save(r *http.Request, key, skey, fp, tok string, stored *idempotency.Record, why string) {
+	ctx, cancel := h.storeCtx(context.WithoutCancel(r.Context()))
+	saved, err := idempotency.Save(ctx, h.store, skey, tok, fp, stored, h.ttl)
+	cancel()
+	attrs := []any{"name", h.name, "route", defaultRoute(r), "key", key}
+	if why != "" {
+		attrs = append(attrs, "reason", why)
+	}
+	if err != nil {
+		attrs = append(attrs, "error", err)
+	}
+	var to, reason string
+	switch saved {
+	case idempotency.SavedResult:
+		return
+	case idempotency.SavedUnknown:
+		to, reason = "unknown", "the response was not stored (outcome unknown): "
+		if why == "" {
+			why = "the store refused the response"
+		}
+		h.logger.Warn("watertighthttp: idempotency response not stored; the key answers \"outcome unknown\" until its TTL ends", attrs...)
+	case idempotency.NotSaved:
+		to, reason = "unsaved", "the store failed after the handler ran; the key stays claimed, then reads unknown: "
+		if why == "" {
+			why = "the store could not keep the response"
+		}
+		h.logger.Error("watertighthttp: idempotency response not stored, the store failed: the key is held until its LockTTL, then answers \"outcome unknown\"", attrs...)
+	case idempotency.LockLost:
+		to, reason = "expired", "the claim's lock ended before the handler finished; the response was not stored: "
+		if why == "" {
+			why = "raise LockTTL above the handler's longest run"
+		}
+		h.logger.Error("watertighthttp: idempotency claim's lock ended before the handler finished: the response was not stored and the key answers \"outcome unknown\"; raise LockTTL above the handler's longest run",
+			append(attrs, "lock_ttl", h.lockTTL)...)
+	}
+	watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventStateChange, Source: "idempotency", Name: h.name, Key: defaultRoute(r),
+		From: "claimed", To: to, Reason: reason + why, Err: err})
+}
+
+// releaseClaim releases the claim tok, and logs and emits why: only when
+// the handler said it did nothing that must not be done twice.
 func (h *idemHandler) releaseClaim(r *http.Request, skey, tok, why string, cause error) {
 	ctx, cancel := h.storeCtx(context.WithoutCancel(r.Context()))
 	err := h.store.Release(ctx, skey, tok)
@@ -625,7 +686,7 @@ func (h *idemHandler) releaseClaim(r *http.Request, skey, tok, why string, cause
 	}
 	if err != nil && !errors.Is(err, idempotency.ErrNotOwner) {
 		attrs = append(attrs, "release_error", err)
-		h.logger.Warn("watertighthttp: idempotency key not released: a retry gets 409 until the claim's LockTTL passes", attrs...)
+		h.logger.Warn("watertighthttp: idempotency key not released: a retry gets 409 until the claim's LockTTL passes, then \"outcome unknown\"", attrs...)
 	} else {
 		h.logger.Warn("watertighthttp: idempotency key released without a stored response: a retry runs again", attrs...)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/watertight-go/watertight/backoff"
 	"github.com/watertight-go/watertight/idempotency"
 	"github.com/watertight-go/watertight/retry"
+	"pgregory.net/rapid"
 )
 
 // ---- helpers ---------------------------------------------------------------
@@ -523,9 +524,11 @@ func TestIdempotencyWaitInFlightGivesUp(t *testing.T) {
 	})
 }
 
-// A claim whose owner died (it never completes) expires after LockTTL: the
-// retries get 409 until then, and then exactly one runs.
-func TestIdempotencyDeadOwnerExpires(t *testing.T) {
+// A claim whose owner died (it never completes) reads Unknown after
+// LockTTL: the retries get 409 until then, then 500 "outcome unknown" —
+// none runs — until the claim's ttl, and then exactly one runs. A waiting
+// retry (WaitInFlight) gets the unknown answer too.
+func TestIdempotencyDeadOwnerUnknown(t *testing.T) {
 	for _, wait := range []bool{false, true} {
 		t.Run(fmt.Sprint("wait=", wait), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -555,27 +558,38 @@ func TestIdempotencyDeadOwnerExpires(t *testing.T) {
 					}
 					time.Sleep(time.Millisecond)
 				}
-				// Many retries at once: one runs, the others see it.
-				codes := make(chan int, 10)
-				var wg sync.WaitGroup
-				for range 10 {
-					wg.Go(func() { codes <- serve() })
-				}
-				wg.Wait()
-				close(codes)
-				created := 0
-				for code := range codes {
-					if code == 201 {
-						created++
-					} else if code != http.StatusConflict {
-						t.Fatalf("retry: %d", code)
+				// Many retries at once: none runs, all are told the outcome
+				// is unknown.
+				burst := func() (created, unknown int) {
+					codes := make(chan int, 10)
+					var wg sync.WaitGroup
+					for range 10 {
+						wg.Go(func() { codes <- serve() })
 					}
+					wg.Wait()
+					close(codes)
+					for code := range codes {
+						switch code {
+						case 201:
+							created++
+						case http.StatusInternalServerError:
+							unknown++
+						default:
+							t.Fatalf("retry: %d", code)
+						}
+					}
+					return created, unknown
 				}
-				if runs.Load() != 1 {
-					t.Fatalf("%d runs after the claim expired, want 1", runs.Load())
+				if created, unknown := burst(); created != 0 || unknown != 10 || runs.Load() != 0 {
+					t.Fatalf("after LockTTL: %d created, %d unknown, %d runs; want 0, 10, 0", created, unknown, runs.Load())
 				}
-				if wait && (created != 10 || time.Since(start) < 10*time.Second) {
-					t.Fatalf("waiting retries: %d of 10 got the result after %v", created, time.Since(start))
+				if wait && time.Since(start) < 10*time.Second {
+					t.Fatalf("waiting retries answered after %v, before LockTTL", time.Since(start))
+				}
+				// The claim's ttl (an hour) over: the key is free, one runs.
+				time.Sleep(time.Hour - time.Since(start))
+				if created, _ := burst(); created != 10 || runs.Load() != 1 {
+					t.Fatalf("after the claim's ttl: %d of 10 created, %d runs; want 10 (one run, replays), 1", created, runs.Load())
 				}
 			})
 		})
@@ -667,7 +681,8 @@ func TestIdempotencyStoreDownFailsClosed(t *testing.T) {
 }
 
 // The store fails after the handler ran: the client still gets its answer,
-// and the failure is reported.
+// the failure is reported, and the claim is not released: a retry does not
+// run the handler again.
 func TestIdempotencyStoreFailsOnComplete(t *testing.T) {
 	app := newIdemApp()
 	ev := &idemEvents{}
@@ -678,15 +693,21 @@ func TestIdempotencyStoreFailsOnComplete(t *testing.T) {
 		t.Fatalf("answer: %+v", r)
 	}
 	e, ok := ev.find(watertight.EventStateChange, nil)
-	if !ok || e.From != "claimed" || e.To != "released" || e.Err == nil || !strings.Contains(e.Reason, "could not keep") {
+	if !ok || e.From != "claimed" || e.To != "unsaved" || e.Err == nil || !strings.Contains(e.Reason, "could not keep") {
 		t.Fatalf("event = %+v", e)
 	}
-	if store.releases.Load() != 1 {
-		t.Fatal("the claim was not released")
+	if store.releases.Load() != 0 {
+		t.Fatal("the claim was released after the handler ran")
+	}
+	wantProblem(t, idemPost(t, c, srv.URL+"/charges", idemKey, "x"), http.StatusConflict, true, "still being processed")
+	if app.charges.Load() != 1 {
+		t.Fatalf("%d charges, want 1", app.charges.Load())
 	}
 }
 
-func TestIdempotencyPanicReleasesTheKey(t *testing.T) {
+// A handler that panicked may have done its work: its key is marked
+// "outcome unknown", and a retry is told so, never run.
+func TestIdempotencyPanicMarksUnknown(t *testing.T) {
 	var runs atomic.Int64
 	ev := &idemEvents{}
 	srv := idemServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -699,18 +720,21 @@ func TestIdempotencyPanicReleasesTheKey(t *testing.T) {
 	if r := idemSend(context.Background(), c, http.MethodPost, srv.URL+"/charges", "x", []string{idemKey}); r.err == nil {
 		t.Fatalf("the panicking request got an answer: %+v", r)
 	}
-	if r := idemPost(t, c, srv.URL+"/charges", idemKey, "x"); r.status != 201 || r.header.Get(HeaderIdempotentReplayed) != "" {
-		t.Fatalf("retry after a panic: %+v", r)
+	r := idemPost(t, c, srv.URL+"/charges", idemKey, "x")
+	wantProblem(t, r, http.StatusInternalServerError, false, "may have been applied", "GET it", "NEW Idempotency-Key")
+	if r.header.Get("Idempotency-Outcome") != "unknown" {
+		t.Fatalf("Idempotency-Outcome = %q, want unknown", r.header.Get("Idempotency-Outcome"))
 	}
-	if runs.Load() != 2 {
-		t.Fatalf("%d runs, want 2", runs.Load())
+	if runs.Load() != 1 {
+		t.Fatalf("%d runs, want 1", runs.Load())
 	}
 	if e, ok := ev.find(watertight.EventStateChange, nil); !ok || !strings.Contains(e.Reason, "panicked") {
 		t.Fatalf("event = %+v", e)
 	}
 }
 
-// The panic goes on, unchanged, after the release.
+// The panic goes on, unchanged, after the key is marked; nothing is
+// released.
 func TestIdempotencyPanicPropagates(t *testing.T) {
 	store := &brokenStore{Store: newMem(t)}
 	h := mustIdem(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }), IdempotencyConfig{Store: store})
@@ -724,8 +748,12 @@ func TestIdempotencyPanicPropagates(t *testing.T) {
 		}()
 		h.ServeHTTP(httptest.NewRecorder(), req)
 	}()
-	if store.releases.Load() != 1 {
-		t.Fatal("not released")
+	if store.releases.Load() != 0 {
+		t.Fatal("released after a panic")
+	}
+	c, err := store.Claim(context.Background(), idempotency.ScopedKey("", "8e03978e-40d5-43e8-bc93-6894a57f9324"), "", time.Minute, time.Hour)
+	if err != nil || c.State != idempotency.Completed || !idempotency.IsUnknownRecord(c.Record) {
+		t.Fatalf("after a panic the key holds %+v, %v; want the outcome-unknown marker", c, err)
 	}
 }
 
@@ -742,16 +770,21 @@ func TestIdempotencyLargeResponseStreamedNotStored(t *testing.T) {
 		}
 	}), IdempotencyConfig{MaxResponseBytes: 1000, Listener: ev})
 	c := hNewClient(t)
-	for i := range 2 {
-		r := idemPost(t, c, srv.URL+"/export", idemKey, "x")
-		if r.status != 200 || r.body != string(big) || r.header.Get(HeaderIdempotentReplayed) != "" || r.header.Get("Content-Type") != "application/octet-stream" {
-			t.Fatalf("request %d: %d, %d bytes, %v", i, r.status, len(r.body), r.header)
-		}
+	r := idemPost(t, c, srv.URL+"/export", idemKey, "x")
+	if r.status != 200 || r.body != string(big) || r.header.Get(HeaderIdempotentReplayed) != "" || r.header.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("request: %d, %d bytes, %v", r.status, len(r.body), r.header)
 	}
-	if runs.Load() != 2 {
-		t.Fatalf("%d runs, want 2: a response too large to store releases the key", runs.Load())
+	// Not stored, and not run again: the retry is told the outcome is
+	// unknown.
+	r = idemPost(t, c, srv.URL+"/export", idemKey, "x")
+	wantProblem(t, r, http.StatusInternalServerError, false, "may have been applied")
+	if r.header.Get("Idempotency-Outcome") != "unknown" {
+		t.Fatalf("Idempotency-Outcome = %q, want unknown", r.header.Get("Idempotency-Outcome"))
 	}
-	if e, ok := ev.find(watertight.EventStateChange, nil); !ok || e.To != "released" || !strings.Contains(e.Reason, "MaxResponseBytes") {
+	if runs.Load() != 1 {
+		t.Fatalf("%d runs, want 1: a response too large to store marks the key unknown", runs.Load())
+	}
+	if e, ok := ev.find(watertight.EventStateChange, nil); !ok || e.To != "unknown" || !strings.Contains(e.Reason, "MaxResponseBytes") {
 		t.Fatalf("event = %+v", e)
 	}
 }
@@ -1296,3 +1329,165 @@ func ExampleNewIdempotencyHandler() {
 	// 201 {"charge":"ch_1"} replayed: true
 	// charges: 1
 }
+
+// ---- model: at most once per key ---------------------------------------------------
+
+// faultyStore wraps a store and fails its calls as planned: the i-th call
+// (Claim, Complete or Release, in the order they arrive) fails before its
+// operation took effect (plan 1), or after (plan 2: the operation is done,
+// and the caller is told it failed).
+type faultyStore struct {
+	idempotency.Store
+	mu   sync.Mutex
+	plan []int
+	n    int
+}
+
+var errFaulty = errors.New("faulty store: connection reset")
+
+func (s *faultyStore) fault() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n >= len(s.plan) {
+		return 0
+	}
+	s.n++
+	return s.plan[s.n-1]
+}
+
+func (s *faultyStore) Claim(ctx context.Context, key, fp string, lockTTL, ttl time.Duration) (idempotency.Claim, error) {
+	f := s.fault()
+	if f == 1 {
+		return idempotency.Claim{}, errFaulty
+	}
+	c, err := s.Store.Claim(ctx, key, fp, lockTTL, ttl)
+	if f == 2 {
+		return idempotency.Claim{}, errFaulty
+	}
+	return c, err
+}
+
+func (s *faultyStore) Complete(ctx context.Context, key, token string, rec idempotency.Record, ttl time.Duration) error {
+	f := s.fault()
+	if f == 1 {
+		return errFaulty
+	}
+	err := s.Store.Complete(ctx, key, token, rec, ttl)
+	if f == 2 {
+		return errFaulty
+	}
+	return err
+}
+
+func (s *faultyStore) Release(ctx context.Context, key, token string) error {
+	f := s.fault()
+	if f == 1 {
+		return errFaulty
+	}
+	err := s.Store.Release(ctx, key, token)
+	if f == 2 {
+		return errFaulty
+	}
+	return err
+}
+
+// modelStep is one request of a scenario.
+type modelStep struct {
+	key      int           // which key
+	at       time.Duration // when it is sent, from the start
+	work     time.Duration // how long its handler runs (ignoring its context)
+	panics   bool          // the handler panics after its work
+	tooLarge bool          // the handler's response outgrows MaxResponseBytes
+}
+
+// The middleware's promise, checked over random scenarios: concurrent
+// requests and retries with a few keys, a store that fails at every step
+// (claim, save, release, lookup; before or after the operation took
+// effect), handlers that outlive their lock, panic, or answer too much, on
+// synctest's clock. Whatever happens, each key's handler runs at most once
+// while the key is remembered (TTL), and every answer is one the middleware
+// documents.
+func TestIdempotencyModelAtMostOnce(t *testing.T) {
+	const lockTTL = 10 * time.Second
+	rapid.Check(t, func(rt *rapid.T) {
+		keys := rapid.IntRange(1, 3).Draw(rt, "keys")
+		wait := rapid.Bool().Draw(rt, "WaitInFlight")
+		steps := rapid.SliceOfN(rapid.Custom(func(rt *rapid.T) modelStep {
+			return modelStep{
+				key:      rapid.IntRange(0, keys-1).Draw(rt, "key"),
+				at:       time.Duration(rapid.IntRange(0, 40).Draw(rt, "at")) * time.Second,
+				work:     time.Duration(rapid.IntRange(0, 15).Draw(rt, "work")) * time.Second,
+				panics:   rapid.IntRange(0, 9).Draw(rt, "panics") == 0,
+				tooLarge: rapid.IntRange(0, 9).Draw(rt, "tooLarge") == 0,
+			}
+		}), 1, 12).Draw(rt, "steps")
+		plan := rapid.SliceOfN(rapid.IntRange(0, 5), 0, 40).Draw(rt, "faults")
+		for i, f := range plan {
+			plan[i] = max(0, f-3) // 0 (no fault) most often, then 1 or 2
+		}
+		var failure string
+		synctest.Test(t, func(t *testing.T) {
+			failure = runModel(t, lockTTL, wait, keys, steps, plan)
+		})
+		if failure != "" {
+			rt.Fatal(failure)
+		}
+	})
+}
+
+// runModel plays a scenario and returns what went wrong, or "".
+func runModel(t *testing.T, lockTTL time.Duration, wait bool, keys int, steps []modelStep, plan []int) string {
+	store := &faultyStore{Store: newMem(t), plan: plan}
+	runs := make([]atomic.Int64, keys)
+	h := mustIdem(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		step := r.Context().Value(modelStepKey{}).(modelStep)
+		runs[step.key].Add(1)
+		time.Sleep(step.work)
+		if step.panics {
+			panic(http.ErrAbortHandler)
+		}
+		w.WriteHeader(http.StatusCreated)
+		if step.tooLarge {
+			w.Write(bytes.Repeat([]byte("x"), 200))
+		}
+	}), IdempotencyConfig{Store: store, LockTTL: lockTTL, TTL: time.Hour, WaitInFlight: wait, MaxResponseBytes: 100})
+	var mu sync.Mutex
+	var bad []string
+	var wg sync.WaitGroup
+	for i, step := range steps {
+		wg.Go(func() {
+			time.Sleep(step.at)
+			req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader("x"))
+			req = req.WithContext(context.WithValue(req.Context(), modelStepKey{}, step))
+			req.Header.Set(HeaderIdempotencyKey, strconv.Quote(fmt.Sprint("key-", step.key)))
+			rec := httptest.NewRecorder()
+			func() {
+				defer func() { _ = recover() }()
+				h.ServeHTTP(rec, req)
+			}()
+			switch rec.Code {
+			case http.StatusCreated, http.StatusConflict, http.StatusServiceUnavailable:
+			case http.StatusInternalServerError:
+				if rec.Header().Get("Idempotency-Outcome") != "unknown" {
+					mu.Lock()
+					bad = append(bad, fmt.Sprintf("step %d: 500 without Idempotency-Outcome: unknown", i))
+					mu.Unlock()
+				}
+			case http.StatusOK: // a panic before the answer: the recorder's default
+			default:
+				mu.Lock()
+				bad = append(bad, fmt.Sprintf("step %d: unexpected status %d: %s", i, rec.Code, rec.Body))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for k := range runs {
+		if n := runs[k].Load(); n > 1 {
+			bad = append(bad, fmt.Sprintf("key %d: the handler ran %d times", k, n))
+		}
+	}
+	return strings.Join(bad, "; ")
+}
+
+type modelStepKey struct{}
