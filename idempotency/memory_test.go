@@ -69,8 +69,8 @@ func state(t *testing.T, s idempotency.Store, key string) idempotency.ClaimState
 }
 
 // Claims' locks expire exactly lockTTL after they were taken (the key is
-// then Unknown until the claim's ttl), results ttl after they were stored, on
-// the (fake) clock.
+// then Unknown until the claim's ttl), results between ttl and ttl + 5%
+// after they were stored (the spread), on the (fake) clock.
 func TestMemoryStoreExpiryOnTheClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newMemory(t, idempotency.MemoryConfig{})
@@ -100,7 +100,7 @@ func TestMemoryStoreExpiryOnTheClock(t *testing.T) {
 		if st := state(t, s, "k"); st != idempotency.Completed {
 			t.Fatalf("just before the TTL: %v, want completed", st)
 		}
-		time.Sleep(time.Nanosecond)
+		time.Sleep(24*time.Hour*5/100 + time.Nanosecond)
 		if st := s.Stats(); st.Entries != 0 || st.Expired != 2 || st.Bytes != 0 {
 			t.Fatalf("after the TTL: %+v, want empty with 2 expired", st)
 		}
@@ -139,8 +139,8 @@ func TestMemoryStoreMaxEntries(t *testing.T) {
 		mustComplete(t, s, "r3", t3, "3", time.Hour) // r3 completes before r2
 		mustComplete(t, s, "r2", t2, "2", time.Hour)
 		mustClaim(t, s, "c1", time.Hour)
-		time.Sleep(time.Minute)          // r1 expires
-		mustClaim(t, s, "c2", time.Hour) // takes r1's place: nothing evicted
+		time.Sleep(time.Minute * 21 / 20) // r1 expires (its TTL spread by up to 5%)
+		mustClaim(t, s, "c2", time.Hour)  // takes r1's place: nothing evicted
 		if st := s.Stats(); st.Evicted != 0 || st.Expired != 1 || st.Entries != 4 {
 			t.Fatalf("after replacing an expired entry: %+v", st)
 		}
@@ -175,23 +175,34 @@ func TestMemoryStoreMaxEntries(t *testing.T) {
 
 func TestMemoryStoreMaxBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const max = 3*idempotency.EntryOverhead + 300
-		s := newMemory(t, idempotency.MemoryConfig{MaxBytes: max, MaxEntries: -1})
 		body := strings.Repeat("b", 100)
-		// Each result takes overhead + key (2) + fingerprint (5) + body (100).
-		mustComplete(t, s, "r1", mustClaim(t, s, "r1", time.Hour), body, time.Hour)
-		mustComplete(t, s, "r2", mustClaim(t, s, "r2", time.Hour), body, time.Hour)
-		// Complete was given no fingerprint: the claim's is kept (5 bytes).
-		if st := s.Stats(); st.Bytes != 2*(idempotency.EntryOverhead+2+5+100) {
-			t.Fatalf("bytes = %d", st.Bytes)
+		// What one result counts, and its scope (all keys share one).
+		probe := newMemory(t, idempotency.MemoryConfig{})
+		mustComplete(t, probe, "r0", mustClaim(t, probe, "r0", time.Hour), body, time.Hour)
+		one := probe.Stats().Bytes
+		if one < idempotency.EntryOverhead+100 {
+			t.Fatalf("a result with a 100-byte body counts %d bytes", one)
 		}
-		tok := mustClaim(t, s, "r3", time.Hour)
+		// Room for two results (and their scope), not three.
+		max := 2 * one
+		s := newMemory(t, idempotency.MemoryConfig{MaxBytes: max, MaxEntries: -1})
+		mustComplete(t, s, "r1", mustClaim(t, s, "r1", time.Hour), body, time.Hour)
+		// The same fingerprint given to Complete is kept once, as when none
+		// is given.
+		tok := mustClaim(t, s, "r2", time.Hour)
+		if err := s.Complete(bg, "r2", tok, idempotency.Record{Fingerprint: "fp-r2", Body: []byte(body)}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if st := s.Stats(); st.Bytes > 2*one {
+			t.Fatalf("bytes = %d, want at most 2 × %d", st.Bytes, one)
+		}
+		tok = mustClaim(t, s, "r3", time.Hour)
 		mustComplete(t, s, "r3", tok, body, time.Hour) // evicts r1
-		if st := s.Stats(); st.Evicted != 1 || st.Entries != 2 {
+		if st := s.Stats(); st.Evicted != 1 || st.Entries != 2 || st.Bytes > max {
 			t.Fatalf("after a result too many: %+v", st)
 		}
-		if state(t, s, "r1") != idempotency.Claimed { // r1 was evicted; this claims it again
-			t.Fatal("r1 should have been evicted")
+		if st := state(t, s, "r1"); st != idempotency.Forgotten { // r1 was evicted; its tombstone answers
+			t.Fatalf("r1 = %v, want forgotten (evicted)", st)
 		}
 		// A record larger than the whole store: ErrTooLarge, claim kept.
 		tok = mustClaim(t, s, "big", time.Hour)
