@@ -2,8 +2,10 @@
 // stalled one.
 //
 // A gateway serves three routes — catalog (~10 ms), payment (~20 ms) and
-// recommendation (~200 ms) — with one shared pool of workers. After a short
-// warm-up, recommendation stalls (3 s per call instead of 200 ms). Unprotected,
+// recommendation (~200 ms) — with one shared pool of workers. After a
+// warm-up of a sixth of the run (0.5 s of the default 3 s), every
+// recommendation call takes the stall latency (-stall, 3 s) instead of
+// 200 ms, until the end of the run. Unprotected,
 // the stalled calls take every worker and catalog and payment fail with it.
 // Protected, each dependency gets its own bulkhead, an attempt timeout and a
 // breaker, and recommendations fall back to an empty list: the stalled
@@ -46,13 +48,12 @@ var routes = []route{
 func main() {
 	rate := flag.Int("rate", 40, "requests per second per route (open loop)")
 	duration := flag.Duration("duration", 3*time.Second, "load duration per configuration")
-	stall := flag.Duration("stall", 3*time.Second, "latency of the stalled recommendation service")
+	stall := flag.Duration("stall", 3*time.Second, "latency of every recommendation call once the stall begins (a sixth into each run)")
 	workers := flag.Int("workers", 20, "gateway worker pool shared by all routes")
 	deadline := flag.Duration("deadline", time.Second, "client deadline per request")
 	flag.Parse()
 
-	fmt.Printf("gateway: %d shared workers; load %d req/s per route for %v; recommendation stalls at %v; client deadline %v\n\n",
-		*workers, *rate, *duration, *stall, *deadline)
+	fmt.Print(describe(*workers, *rate, *duration, *stall, *deadline))
 	for _, protected := range []bool{false, true} {
 		g, err := newGateway(*workers, *stall, protected)
 		if err != nil {
@@ -73,6 +74,17 @@ func main() {
 		}
 		fmt.Println()
 	}
+}
+
+// stallStart is when, into a run of d, the recommendation service stalls:
+// after a warm-up of a sixth of the run.
+func stallStart(d time.Duration) time.Duration { return d / 6 }
+
+// describe is the header: what the example runs, in its own words.
+func describe(workers, rate int, d, stall, deadline time.Duration) string {
+	return fmt.Sprintf("gateway: %d shared workers; load %d req/s per route for %v, twice (unprotected, then protected);\n"+
+		"recommendation answers in 200ms, then from %v into each run every call to it takes %v; client deadline %v\n\n",
+		workers, rate, d, stallStart(d), stall, deadline)
 }
 
 type gateway struct {
@@ -169,7 +181,7 @@ func (g *gateway) load(rate int, d, deadline time.Duration) map[string]*stats {
 	}
 	var wg sync.WaitGroup
 	start := time.Now()
-	g.stalledAt = start.Add(d / 6) // a short warm-up, then the stall
+	g.stalledAt = start.Add(stallStart(d)) // a warm-up, then the stall
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	for time.Since(start) < d {
