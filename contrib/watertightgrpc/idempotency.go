@@ -91,16 +91,18 @@ type IdempotencyConfig struct {
 	// encoding, which needs the request to be a proto.Message.
 	Fingerprint func(fullMethod string, req any) (string, error)
 	// TTL is how long a result is kept, and replayed, after the call that
-	// made it. Zero means watertighthttp.DefaultIdempotencyTTL (24h). It
+	// made it — and how long a key whose outcome is unknown is answered
+	// so, from its claim. Zero means watertighthttp.DefaultIdempotencyTTL (24h). It
 	// must not be negative. Publish it to your clients: a retry later than
 	// TTL runs the operation again.
 	TTL time.Duration
 	// LockTTL is how long a claim lasts if its call never finishes — the
-	// process died — after which a retry with the key runs. It must be
+	// process died, or the store failed while the result was saved — after
+	// which the key answers "outcome unknown" (DATA_LOSS) until TTL has
+	// passed since the claim: it is never run again meanwhile. It must be
 	// longer than the handler ever runs: the handler's context ends (with
 	// the cause idempotency.ErrLockExpiring) when nine tenths of it have
-	// passed, because past it a retry could run the operation a second
-	// time. Zero means watertighthttp.DefaultIdempotencyLockTTL (30s). It
+	// passed, because past it the result can no longer be stored. Zero means watertighthttp.DefaultIdempotencyLockTTL (30s). It
 	// must not be negative.
 	LockTTL time.Duration
 	// MaxKeyLength bounds the key, in bytes. Zero means
@@ -108,8 +110,9 @@ type IdempotencyConfig struct {
 	MaxKeyLength int
 	// MaxResponseBytes bounds the stored result: the reply message (or the
 	// error's status) and, with KeepMetadata, the metadata. A larger one is
-	// sent to the client as usual, but not stored: the key is released (so
-	// a retry runs again), and the Logger and the Listener are told. Zero
+	// sent to the client as usual, but not stored: the key is marked
+	// "outcome unknown" (a retry gets DATA_LOSS, never a second run), and
+	// the Logger and the Listener are told. Zero
 	// means watertighthttp.DefaultIdempotencyMaxBytes (1 MiB); a negative
 	// value means no limit.
 	MaxResponseBytes int
@@ -127,7 +130,8 @@ type IdempotencyConfig struct {
 	// result and get it replayed, instead of InFlightCode at once. It polls
 	// the store, with backoff, until the result is there, or until MaxWait,
 	// or the call's context, ends, and then answers InFlightCode; if the
-	// claim is released or expires meanwhile, it runs the call itself.
+	// claim is released meanwhile, it runs the call itself, and if the
+	// claim's lock ends without a result, it answers "outcome unknown".
 	WaitInFlight bool
 	// MaxWait bounds the wait of WaitInFlight. Zero means LockTTL. It must
 	// not be negative.
@@ -166,8 +170,10 @@ type IdempotencyConfig struct {
 	// this Name and Key the full method: EventReplayed for a replay,
 	// EventRejected for a call refused without running (Err matches an
 	// idempotency error, or says why the request could not be
-	// fingerprinted or the stored result decoded), EventStateChange "claimed" → "released" or
-	// "expired" for a key given up, EventFallbackUsed for a fail-open. If
+	// fingerprinted or the stored result decoded), EventStateChange from
+	// "claimed" to "released" (the handler's word), "unknown" (the result
+	// not kept, the marker stored), "unsaved" (the store failed) or
+	// "expired" (the lock ended first), EventFallbackUsed for a fail-open. If
 	// nil, no events.
 	Listener watertight.Listener
 	// Logger receives warnings: a result not stored, a store that failed
@@ -265,7 +271,15 @@ func DefaultFingerprint(fullMethod string, req any) (string, error) {
 //     key;
 //   - INTERNAL: the request could not be fingerprinted (not a
 //     proto.Message), or a stored result cannot be decoded (its message
-//     type is not linked into this binary); nothing ran.
+//     type is not linked into this binary); nothing ran;
+//   - DATA_LOSS, trailer idempotency-outcome: unknown: an earlier call with
+//     the key may have been applied, and its outcome was not recorded
+//     [idempotency.ErrOutcomeUnknown]; nothing ran for this call. Check the
+//     resource before sending the call again with a new key; the same key
+//     gets the same answer until TTL has passed since the first call;
+//   - FAILED_PRECONDITION, trailer idempotency-outcome: forgotten: the
+//     key's result was dropped early to make room in the store, so it
+//     cannot be replayed [idempotency.ErrForgotten]; nothing ran.
 //
 // # What is stored
 //
@@ -275,10 +289,17 @@ func DefaultFingerprint(fullMethod string, req any) (string, error) {
 // sends it (UNKNOWN, or CANCELLED and DEADLINE_EXCEEDED for the context's
 // errors; a watertight rejection gets the status UnaryServerInterceptor
 // gives it), and a replayed error that carried the overloaded signal
-// carries it again. A key is released instead, so that a retry runs again,
-// when the handler panics (the panic goes on), when it calls
-// ReleaseIdempotencyKey, when Release says so, and when the result is too
-// large to store, is not a proto.Message, or the store cannot keep it.
+// carries it again.
+//
+// At most once per key: once the handler has started, its key is never
+// handed to another call while the key is remembered (TTL). A key is
+// released, so that a retry runs again, only on the handler's word: when it
+// calls ReleaseIdempotencyKey or Release says so. When the result cannot be
+// stored — too large, not a proto.Message, refused by the store as too
+// large or full, or the handler panicked (the panic goes on) — the key is
+// marked "outcome unknown" instead; when the store fails while the result is
+// saved, the result still goes to the client and the claim is left held: a
+// retry is answered as in flight until LockTTL, then "outcome unknown".
 //
 // Streaming calls are not handled: this is a unary interceptor, and a
 // stream with a key runs as usual. A stream's messages can be neither
@@ -523,25 +544,14 @@ func (h *idemServer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 		}
 		return h.storeFailed(ctx, req, method, handler, err)
 	}
-	switch c.State {
-	case idempotency.Claimed:
+	switch idempotency.Resolve(c, fp) {
+	case idempotency.Run:
 		return h.run(ctx, req, method, handler, key, skey, fp, c.Token)
-	case idempotency.Completed:
-		if c.Record == nil {
-			return h.storeFailed(ctx, req, method, handler, errors.New("the store answered completed without a record"))
-		}
-		stored := c.Fingerprint
-		if stored == "" {
-			stored = c.Record.Fingerprint
-		}
-		if stored != fp {
-			return nil, h.mismatch(ctx, method)
-		}
+	case idempotency.Replay:
 		return h.replay(ctx, method, c.Record)
-	case idempotency.InFlight:
-		if c.Fingerprint != fp {
-			return nil, h.mismatch(ctx, method)
-		}
+	case idempotency.Mismatch:
+		return nil, h.mismatch(ctx, method)
+	case idempotency.Wait:
 		msg := "a call with the same idempotency-key is still being processed; retry later with the same key to get its result"
 		if h.wait {
 			msg = "a call with the same idempotency-key is still being processed; this call waited for its result and gave up; retry later with the same key to get it"
@@ -551,9 +561,35 @@ func (h *idemServer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 			pushback = PushbackRetrySoon
 		}
 		return nil, h.reject(ctx, method, h.inFlight, msg, idempotency.ErrInFlight, pushback)
+	case idempotency.AnswerUnknown:
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataIdempotencyOutcome, idempotency.OutcomeUnknown))
+		return nil, h.reject(ctx, method, codes.DataLoss, unknownMessage, idempotency.ErrOutcomeUnknown, "")
+	case idempotency.AnswerForgotten:
+		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataIdempotencyOutcome, idempotency.OutcomeForgotten))
+		return nil, h.reject(ctx, method, codes.FailedPrecondition,
+			"the call with this idempotency-key was processed, but its stored result was dropped early to make room, so it cannot be replayed: "+
+				"the key is too old; this call was not processed: nothing was done. Check the resource for the outcome; use a new key only for a new operation",
+			idempotency.ErrForgotten, "")
+	}
+	if c.State == idempotency.Completed && c.Record == nil {
+		return h.storeFailed(ctx, req, method, handler, errors.New("the store answered completed without a record"))
 	}
 	return h.storeFailed(ctx, req, method, handler, fmt.Errorf("the store answered an unknown claim state %d", c.State))
 }
+
+// MetadataIdempotencyOutcome is the trailer that tells a client, with the
+// value "unknown" (idempotency.OutcomeUnknown) or "forgotten"
+// (idempotency.OutcomeForgotten), that its key's outcome is not known or no
+// longer replayable: the gRPC form of the HTTP header Idempotency-Outcome
+// (idempotency.HeaderOutcome).
+const MetadataIdempotencyOutcome = "idempotency-outcome"
+
+// unknownMessage is the message of the answer to a key whose outcome is
+// unknown.
+const unknownMessage = "a call with this idempotency-key may have been applied, but its outcome was not recorded " +
+	"(the server failed while saving it), so it cannot be replayed; this call was not processed: nothing was done. " +
+	"Check the resource (read it) before sending the call again, and if it was not applied, send it with a NEW idempotency-key: " +
+	"the same key gets this answer again"
 
 // reject emits an EventRejected and returns the answer to a call refused
 // without running: code and msg, and the pushback trailer when pushback is
@@ -658,8 +694,8 @@ func (h *idemServer) run(ctx context.Context, req any, method string, handler gr
 
 	finished := false
 	defer func() {
-		if !finished { // a panic (or runtime.Goexit): release and let it go on
-			h.releaseClaim(ctx, method, skey, tok, "the handler panicked", nil)
+		if !finished { // a panic (or runtime.Goexit): the handler may have done its work
+			h.save(ctx, method, key, skey, fp, tok, nil, "the handler panicked")
 		}
 	}()
 	resp, herr := handler(hctx, req)
@@ -679,25 +715,53 @@ func (h *idemServer) run(ctx context.Context, req any, method string, handler gr
 		err = fmt.Errorf("the result takes %d bytes, more than MaxResponseBytes (%d): sent, not stored", rec.Size(), h.maxResp)
 	}
 	if err != nil {
-		h.releaseClaim(ctx, method, skey, tok, err.Error(), nil)
+		h.save(ctx, method, key, skey, fp, tok, nil, err.Error())
 		return resp, herr
 	}
-	sctx, scancel := h.storeCtx(context.WithoutCancel(ctx))
-	err = h.store.Complete(sctx, skey, tok, rec, h.ttl)
-	scancel()
-	if err != nil {
-		if errors.Is(err, idempotency.ErrNotOwner) {
-			// The claim expired while the handler ran: another call may
-			// have run the operation too. Nothing to release.
-			h.logger.Error("watertightgrpc: idempotency claim expired before the handler finished: the operation may have run twice; raise LockTTL above the handler's longest run",
-				"name", h.name, "method", method, "key", key, "lock_ttl", h.lockTTL)
-			watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventStateChange, Source: "grpc", Name: h.name, Key: method,
-				From: "claimed", To: "expired", Reason: "the claim expired before the handler finished; the result was not stored", Err: err})
-		} else {
-			h.releaseClaim(ctx, method, skey, tok, "the store could not keep the result", err)
-		}
-	}
+	h.save(ctx, method, key, skey, fp, tok, &rec, "")
 	return resp, herr
+}
+
+// save stores the handler's result, or the marker "outcome unknown" when
+// rec is nil (why says why) or the store refuses it, and logs and emits
+// what was not stored (idempotency.Save). It never releases the claim.
+func (h *idemServer) save(ctx context.Context, method, key, skey, fp, tok string, rec *idempotency.Record, why string) {
+	sctx, cancel := h.storeCtx(context.WithoutCancel(ctx))
+	saved, err := idempotency.Save(sctx, h.store, skey, tok, fp, rec, h.ttl)
+	cancel()
+	attrs := []any{"name", h.name, "method", method, "key", key}
+	if why != "" {
+		attrs = append(attrs, "reason", why)
+	}
+	if err != nil {
+		attrs = append(attrs, "error", err)
+	}
+	var to, reason string
+	switch saved {
+	case idempotency.SavedResult:
+		return
+	case idempotency.SavedUnknown:
+		to, reason = "unknown", "the result was not stored (outcome unknown): "
+		if why == "" {
+			why = "the store refused the result"
+		}
+		h.logger.Warn("watertightgrpc: idempotency result not stored; the key answers \"outcome unknown\" until its TTL ends", attrs...)
+	case idempotency.NotSaved:
+		to, reason = "unsaved", "the store failed after the handler ran; the key stays claimed, then reads unknown: "
+		if why == "" {
+			why = "the store could not keep the result"
+		}
+		h.logger.Error("watertightgrpc: idempotency result not stored, the store failed: the key is held until its LockTTL, then answers \"outcome unknown\"", attrs...)
+	case idempotency.LockLost:
+		to, reason = "expired", "the claim's lock ended before the handler finished; the result was not stored: "
+		if why == "" {
+			why = "raise LockTTL above the handler's longest run"
+		}
+		h.logger.Error("watertightgrpc: idempotency claim's lock ended before the handler finished: the result was not stored and the key answers \"outcome unknown\"; raise LockTTL above the handler's longest run",
+			append(attrs, "lock_ttl", h.lockTTL)...)
+	}
+	watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventStateChange, Source: "grpc", Name: h.name, Key: method,
+		From: "claimed", To: to, Reason: reason + why, Err: err})
 }
 
 // releaseClaim releases the claim tok, and logs and emits why.
@@ -711,7 +775,7 @@ func (h *idemServer) releaseClaim(ctx context.Context, method, skey, tok, why st
 	}
 	if err != nil && !errors.Is(err, idempotency.ErrNotOwner) {
 		attrs = append(attrs, "release_error", err)
-		h.logger.Warn("watertightgrpc: idempotency key not released: a retry is answered as in flight until the claim's LockTTL passes", attrs...)
+		h.logger.Warn("watertightgrpc: idempotency key not released: a retry is answered as in flight until the claim's LockTTL passes, then \"outcome unknown\"", attrs...)
 	} else {
 		h.logger.Warn("watertightgrpc: idempotency key released without a stored result: a retry runs again", attrs...)
 	}

@@ -828,8 +828,9 @@ func TestIdempotencyWaitInFlight(t *testing.T) {
 
 // TestIdempotencyLockTTL: the handler's context ends at nine tenths of
 // LockTTL with the cause idempotency.ErrLockExpiring; a handler that ignores
-// it loses its claim at LockTTL, a retry then runs, and the late result is
-// not stored (EventStateChange to "expired").
+// it loses its claim at LockTTL: a retry is then told the outcome is
+// unknown (DATA_LOSS) and does not run, and the late result is not stored
+// (EventStateChange to "expired").
 func TestIdempotencyLockTTL(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var l events
@@ -871,15 +872,16 @@ func TestIdempotencyLockTTL(t *testing.T) {
 			done <- out
 		}()
 		time.Sleep(10*time.Second + time.Millisecond)
-		if out, _, err := direct(context.Background(), icpt, "k2", "x", stubborn); err != nil || out != "run 2" {
-			t.Fatalf("retry after LockTTL: %q, %v", out, err)
-		}
+		_, s, err = direct(context.Background(), icpt, "k2", "x", stubborn)
+		wantUnknown(t, s, err)
 		close(release)
 		if out := <-done; out != "run 1" {
 			t.Fatalf("late first: %q", out)
 		}
-		if out, s, _ := direct(context.Background(), icpt, "k2", "x", stubborn); out != "run 2" || !s.replayed() {
-			t.Fatalf("the stored result is the retry's: %q", out)
+		_, s, err = direct(context.Background(), icpt, "k2", "x", stubborn)
+		wantUnknown(t, s, err)
+		if runs.Load() != 1 {
+			t.Fatalf("%d runs, want 1", runs.Load())
 		}
 		var expired bool
 		for _, e := range l.of(watertight.EventStateChange) {
@@ -891,9 +893,25 @@ func TestIdempotencyLockTTL(t *testing.T) {
 	})
 }
 
-// TestIdempotencyPanicReleases: a handler panic releases the key and goes
-// on; the retry runs.
-func TestIdempotencyPanicReleases(t *testing.T) {
+// wantUnknown fails unless err is the "outcome unknown" answer: DATA_LOSS,
+// a message that says what to do, and the trailer idempotency-outcome:
+// unknown.
+func wantUnknown(t *testing.T, s *idemStream, err error) {
+	t.Helper()
+	wantCode(t, err, codes.DataLoss, "may have been applied")
+	wantCode(t, err, codes.DataLoss, "NEW idempotency-key")
+	if !errors.Is(err, idempotency.ErrOutcomeUnknown) {
+		t.Fatalf("%v does not match idempotency.ErrOutcomeUnknown", err)
+	}
+	if v := s.trailer.Get(watertightgrpc.MetadataIdempotencyOutcome); len(v) != 1 || v[0] != "unknown" {
+		t.Fatalf("trailer %s = %q, want unknown", watertightgrpc.MetadataIdempotencyOutcome, v)
+	}
+}
+
+// TestIdempotencyPanicMarksUnknown: a handler that panicked may have done
+// its work: the panic goes on, the key is marked "outcome unknown", and a
+// retry is told so, never run.
+func TestIdempotencyPanicMarksUnknown(t *testing.T) {
 	var l events
 	icpt := idemInterceptor(t, watertightgrpc.IdempotencyConfig{Listener: &l})
 	func() {
@@ -904,22 +922,36 @@ func TestIdempotencyPanicReleases(t *testing.T) {
 		}()
 		direct(context.Background(), icpt, "k", "x", func(context.Context, any) (any, error) { panic("boom") })
 	}()
-	out, s, err := direct(context.Background(), icpt, "k", "x", func(context.Context, any) (any, error) {
-		return wrapperspb.String("second"), nil
+	_, s, err := direct(context.Background(), icpt, "k", "x", func(context.Context, any) (any, error) {
+		t.Fatal("ran again after a panic")
+		return nil, nil
 	})
-	if err != nil || out != "second" || s.replayed() {
-		t.Fatalf("after the panic: %q, %v", out, err)
-	}
-	if sc := l.of(watertight.EventStateChange); len(sc) != 1 || sc[0].To != "released" || !strings.Contains(sc[0].Reason, "panicked") {
+	wantUnknown(t, s, err)
+	if sc := l.of(watertight.EventStateChange); len(sc) != 1 || sc[0].To != "unknown" || !strings.Contains(sc[0].Reason, "panicked") {
 		t.Fatalf("events %+v", sc)
 	}
 }
 
-// TestIdempotencyRelease: Release, ReleaseIdempotencyKey, an unstorable
-// result (too large, not a proto.Message) and a store that cannot keep the
-// result release the key: the answer goes out, and a retry runs again.
+// TestIdempotencyRelease: Release and ReleaseIdempotencyKey release the key:
+// the answer goes out, and a retry runs again. An unstorable result (too
+// large, not a proto.Message) marks the key "outcome unknown", and a store
+// that cannot keep the result leaves it claimed: the answer goes out, and a
+// retry does not run.
 func TestIdempotencyRelease(t *testing.T) {
 	ctx := context.Background()
+	once := func(t *testing.T, icpt grpc.UnaryServerInterceptor, h grpc.UnaryHandler) {
+		t.Helper()
+		var runs int
+		hh := func(ctx context.Context, req any) (any, error) { runs++; return h(ctx, req) }
+		if _, _, err := direct(ctx, icpt, "k", "x", hh); err != nil {
+			t.Fatalf("first call: %v", err)
+		}
+		_, s, err := direct(ctx, icpt, "k", "x", hh)
+		if runs != 1 {
+			t.Fatalf("%d runs, want 1", runs)
+		}
+		wantUnknown(t, s, err)
+	}
 	twice := func(t *testing.T, icpt grpc.UnaryServerInterceptor, h grpc.UnaryHandler) {
 		t.Helper()
 		var runs int
@@ -961,13 +993,13 @@ func TestIdempotencyRelease(t *testing.T) {
 		var l events
 		icpt := idemInterceptor(t, watertightgrpc.IdempotencyConfig{MaxResponseBytes: 64, Listener: &l})
 		big := strings.Repeat("x", 100)
-		twice(t, icpt, func(context.Context, any) (any, error) { return wrapperspb.String(big), nil })
-		if sc := l.of(watertight.EventStateChange); len(sc) != 2 || !strings.Contains(sc[0].Reason, "MaxResponseBytes") {
-			t.Fatalf("events %+v", sc)
-		}
 		// The reply still reaches the client.
-		if out, _, err := direct(ctx, icpt, "k", "x", func(context.Context, any) (any, error) { return wrapperspb.String(big), nil }); err != nil || out != big {
+		if out, _, err := direct(ctx, icpt, "k0", "x", func(context.Context, any) (any, error) { return wrapperspb.String(big), nil }); err != nil || out != big {
 			t.Fatalf("too large a reply: %v", err)
+		}
+		once(t, icpt, func(context.Context, any) (any, error) { return wrapperspb.String(big), nil })
+		if sc := l.of(watertight.EventStateChange); len(sc) != 2 || sc[0].To != "unknown" || !strings.Contains(sc[0].Reason, "MaxResponseBytes") {
+			t.Fatalf("events %+v", sc)
 		}
 	})
 	t.Run("not-proto", func(t *testing.T) {
@@ -975,19 +1007,22 @@ func TestIdempotencyRelease(t *testing.T) {
 			Fingerprint: func(m string, req any) (string, error) { return m + fmt.Sprint(req), nil },
 		})
 		var runs int
-		for range 2 {
+		for i := range 2 {
 			s := &idemStream{}
 			c := grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(ctx, metadata.Pairs("idempotency-key", "k")), s)
 			resp, err := icpt(c, "raw request", &grpc.UnaryServerInfo{FullMethod: methodCall}, func(context.Context, any) (any, error) {
 				runs++
 				return "raw reply", nil
 			})
-			if err != nil || resp != "raw reply" {
+			if i == 0 && (err != nil || resp != "raw reply") {
 				t.Fatalf("%v, %v", resp, err)
 			}
+			if i == 1 {
+				wantUnknown(t, s, err)
+			}
 		}
-		if runs != 2 {
-			t.Fatalf("%d runs, want 2: an unstorable reply releases the key", runs)
+		if runs != 1 {
+			t.Fatalf("%d runs, want 1: an unstorable reply marks the key unknown", runs)
 		}
 	})
 	t.Run("store-cannot-keep", func(t *testing.T) {
@@ -996,10 +1031,40 @@ func TestIdempotencyRelease(t *testing.T) {
 		if out, _, err := direct(ctx, icpt, "k", "x", func(context.Context, any) (any, error) { return wrapperspb.String("ok"), nil }); err != nil || out != "ok" {
 			t.Fatalf("%q, %v", out, err)
 		}
-		if st.released != 1 {
-			t.Fatalf("%d releases, want 1", st.released)
+		if st.released != 0 {
+			t.Fatalf("%d releases, want 0: the handler ran", st.released)
 		}
 	})
+	t.Run("store-refuses", func(t *testing.T) {
+		// A store that is up but refuses the record keeps the marker.
+		mem, err := idempotency.NewMemoryStore(idempotency.MemoryConfig{MaxBytes: 8000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		icpt := idemInterceptor(t, watertightgrpc.IdempotencyConfig{Store: mem})
+		once(t, icpt, func(context.Context, any) (any, error) { return wrapperspb.String(strings.Repeat("x", 20000)), nil })
+	})
+}
+
+// TestIdempotencyForgotten: a key whose result the store dropped early is
+// answered FAILED_PRECONDITION with the trailer idempotency-outcome:
+// forgotten, and nothing runs.
+func TestIdempotencyForgotten(t *testing.T) {
+	st := &stubStore{claim: func(string) (idempotency.Claim, error) {
+		return idempotency.Claim{State: idempotency.Forgotten}, nil
+	}}
+	icpt := idemInterceptor(t, watertightgrpc.IdempotencyConfig{Store: st})
+	_, s, err := direct(context.Background(), icpt, "k", "x", func(context.Context, any) (any, error) {
+		t.Fatal("a forgotten key ran")
+		return nil, nil
+	})
+	wantCode(t, err, codes.FailedPrecondition, "too old")
+	if !errors.Is(err, idempotency.ErrForgotten) {
+		t.Fatalf("%v does not match idempotency.ErrForgotten", err)
+	}
+	if v := s.trailer.Get(watertightgrpc.MetadataIdempotencyOutcome); len(v) != 1 || v[0] != "forgotten" {
+		t.Fatalf("trailer = %q, want forgotten", v)
+	}
 }
 
 // TestIdempotencyInternalErrors: a request that cannot be fingerprinted
