@@ -136,6 +136,14 @@ func TestTransportShortDeadlinesAreSent(t *testing.T) {
 		}
 		return resp, err
 	}
+	// Connect first, without a deadline: the budgets below are for the request.
+	warm, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+	if resp, err := client.Do(warm); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	<-seen
 	for _, budget := range []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 101 * time.Millisecond, 150 * time.Millisecond} {
 		resp, err := get(budget)
 		if err != nil || resp.StatusCode != http.StatusNoContent {
