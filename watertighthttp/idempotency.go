@@ -468,7 +468,7 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case idempotency.AnswerForgotten:
 		w.Header().Set(idempotency.HeaderOutcome, idempotency.OutcomeForgotten)
 		h.problem(w, r, http.StatusGone, "Idempotency-Key too old to be replayed",
-			"The request with this Idempotency-Key was processed, but its stored response was dropped early to make room, so it cannot be replayed; "+
+			"This Idempotency-Key is too old to be replayed: its request was processed, but its stored response was dropped early to make room; "+
 				"this request was not processed: nothing was done. Check the resource (for example, GET it) for the outcome; "+
 				"use a new key only for a new operation.",
 			idempotency.ErrForgotten, false)

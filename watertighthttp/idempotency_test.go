@@ -1491,3 +1491,29 @@ func runModel(t *testing.T, lockTTL time.Duration, wait bool, keys int, steps []
 }
 
 type modelStepKey struct{}
+
+// forgottenStore answers every Claim with Forgotten.
+type forgottenStore struct{ idempotency.Store }
+
+func (forgottenStore) Claim(context.Context, string, string, time.Duration, time.Duration) (idempotency.Claim, error) {
+	return idempotency.Claim{State: idempotency.Forgotten}, nil
+}
+
+// A key whose result the store dropped early is answered 410 with
+// Idempotency-Outcome: forgotten, and nothing runs.
+func TestIdempotencyForgotten(t *testing.T) {
+	app := newIdemApp()
+	ev := &idemEvents{}
+	srv := idemServer(t, app, IdempotencyConfig{Store: forgottenStore{newMem(t)}, Listener: ev})
+	r := idemPost(t, hNewClient(t), srv.URL+"/charges", idemKey, "x")
+	wantProblem(t, r, http.StatusGone, false, "too old", "nothing was done")
+	if r.header.Get("Idempotency-Outcome") != "forgotten" {
+		t.Fatalf("Idempotency-Outcome = %q, want forgotten", r.header.Get("Idempotency-Outcome"))
+	}
+	if app.charges.Load() != 0 {
+		t.Fatal("a forgotten key ran")
+	}
+	if _, ok := ev.find(watertight.EventRejected, idempotency.ErrForgotten); !ok {
+		t.Fatal("no rejection event with ErrForgotten")
+	}
+}
