@@ -139,6 +139,7 @@ type MemoryStore struct {
 	byResults  scopeHeap // scopes holding results, most results first
 	byBytes    scopeHeap // scopes holding results, most result bytes first
 	tombs      tombstones
+	spread     float64 // of result TTLs: ttlSpread (0 in the model test)
 	bytes      int64
 	claims     int
 	tokens     uint64 // the last token handed out
@@ -195,6 +196,7 @@ func (s *MemoryStore) init(cfg MemoryConfig) {
 	s.byResults = scopeHeap{byBytes: false}
 	s.byBytes = scopeHeap{byBytes: true}
 	s.tombs.init(cfg.MaxTombstones)
+	s.spread = ttlSpread
 	s.ready = true
 }
 
@@ -307,7 +309,7 @@ func (s *MemoryStore) Complete(ctx context.Context, key, token string, rec Recor
 	}
 	e.token = ""
 	e.rec = stored
-	e.expires = now.Add(backoff.SpreadUp(ttl, ttlSpread))
+	e.expires = now.Add(backoff.SpreadUp(ttl, s.spread))
 	heap.Fix(&s.expiry, e.index)
 	s.bytes += size - e.size
 	e.size = size
