@@ -54,7 +54,7 @@ func TestMemoryStoreModel(t *testing.T) {
 		maxTombs := rapid.SampledFrom([]int{1, 3, 100}).Draw(rt, "maxTombstones")
 		ops := rapid.SliceOfN(rapid.Custom(func(rt *rapid.T) modelOp {
 			return modelOp{
-				op:         rapid.SampledFrom([]string{"claim", "claim", "complete", "release", "wait"}).Draw(rt, "op"),
+				op:         rapid.SampledFrom([]string{"claim", "claim+complete", "claim+complete", "complete", "release", "wait"}).Draw(rt, "op"),
 				key:        rapid.IntRange(0, 11).Draw(rt, "key"),
 				lockTTL:    time.Duration(rapid.IntRange(1, 30).Draw(rt, "lockTTL")) * time.Second,
 				extra:      time.Duration(rapid.IntRange(0, 60).Draw(rt, "extra")) * time.Second,
@@ -182,12 +182,41 @@ func runMemoryModel(maxEntries, maxTombs int, ops []modelOp) (failed string) {
 		}
 	}
 
+	// finish completes or releases k, with its token if o.rightToken.
+	finish := func(op string, k *modelKey, o modelOp, now time.Time) {
+		token := "0" // never handed out
+		if k.kind == mClaimed && o.rightToken {
+			token = k.token
+		}
+		owner := k.kind == mClaimed && token == k.token
+		var err error
+		if op == "complete" {
+			seq++
+			body := fmt.Sprint(k.key, "#", seq)
+			err = s.Complete(ctx, k.key, token, Record{Status: 200, Body: []byte(body)}, o.ttl)
+			if err == nil {
+				k.kind, k.body, k.expires, k.seq = mResult, body, now.Add(o.ttl), seq
+			}
+		} else {
+			err = s.Release(ctx, k.key, token)
+			if err == nil {
+				k.kind = mFree
+			}
+		}
+		if owner != (err == nil) {
+			rt.Fatalf("%s(%s) with token %q = %v; the key was %v in the model", op, k.key, token, err, k.kind)
+		}
+		if err != nil && !errors.Is(err, ErrNotOwner) {
+			rt.Fatalf("%s(%s) = %v, want ErrNotOwner", op, k.key, err)
+		}
+	}
+
 	for _, o := range ops {
 		op, k := o.op, keys[o.key]
 		now := time.Now()
 		expire(now)
 		switch op {
-		case "claim":
+		case "claim", "claim+complete":
 			lockTTL, ttl := o.lockTTL, o.lockTTL+o.extra
 			entries := 0
 			for _, o := range keys {
@@ -223,33 +252,22 @@ func runMemoryModel(maxEntries, maxTombs int, ops []modelOp) (failed string) {
 					evict()
 				}
 				k.kind, k.token, k.lockUntil, k.keepUntil = mClaimed, c.Token, now.Add(lockTTL), now.Add(ttl)
+				if op == "claim+complete" {
+					finish("complete", k, o, now)
+				}
 			}
 		case "complete", "release":
-			token := "0" // never handed out
-			if k.kind == mClaimed && o.rightToken {
-				token = k.token
-			}
-			owner := k.kind == mClaimed && token == k.token
-			if op == "complete" {
-				ttl := o.ttl
-				seq++
-				body := fmt.Sprint(k.key, "#", seq)
-				err = s.Complete(ctx, k.key, token, Record{Status: 200, Body: []byte(body)}, ttl)
-				if err == nil {
-					k.kind, k.body, k.expires, k.seq = mResult, body, now.Add(ttl), seq
-				}
-			} else {
-				err = s.Release(ctx, k.key, token)
-				if err == nil {
-					k.kind = mFree
+			// Mostly a key that is claimed: the model's choice among them.
+			var claimed []*modelKey
+			for _, c := range keys {
+				if c.kind == mClaimed {
+					claimed = append(claimed, c)
 				}
 			}
-			if owner != (err == nil) {
-				rt.Fatalf("%s(%s) with token %q = %v; the key was %v in the model", op, k.key, token, err, k.kind)
+			if len(claimed) > 0 && o.key%4 != 0 {
+				k = claimed[o.key%len(claimed)]
 			}
-			if err != nil && !errors.Is(err, ErrNotOwner) {
-				rt.Fatalf("%s(%s) = %v, want ErrNotOwner", op, k.key, err)
-			}
+			finish(op, k, o, now)
 		case "wait":
 			time.Sleep(o.wait)
 			expire(time.Now())
