@@ -347,6 +347,35 @@ func New(cfg Config) (*Budget, error) {
 	return b, nil
 }
 
+// NewFrom is New for a budget that replaces old (a configuration reload,
+// say): the new budget starts with old's ratio balance, in tokens, capped
+// at the new MaxTokens, instead of an empty one, so that a change of Ratio,
+// MaxTokens or MinPerSecond neither hands out a fresh burst nor takes away
+// the retries already earned. What else starts anew: the counters of
+// Snapshot (Deposits, Withdrawals, Refused) and the floor, which starts
+// full as in New. A nil old is New.
+func NewFrom(cfg Config, old *Budget) (*Budget, error) {
+	b, err := New(cfg)
+	if err != nil || old == nil {
+		return b, err
+	}
+	units := min(int64(old.Snapshot().Balance*float64(b.unit)), b.capUnits)
+	// Moved in, as a gathering moves units between cells: the cells first,
+	// up to a token each, then the pool.
+	for i := range b.k {
+		if units <= 0 {
+			break
+		}
+		x := min(units, b.unit)
+		b.cells[i].w.Add(^uint64(x - 1)) // w -= x
+		units -= x
+	}
+	if units > 0 {
+		b.pool.Store(min(units, b.poolCap))
+	}
+	return b, nil
+}
+
 // Config returns the budget's configuration, with defaults filled in.
 func (b *Budget) Config() Config {
 	if b == nil {

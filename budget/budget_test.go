@@ -682,3 +682,50 @@ func TestConcurrentRequestAndRetry(t *testing.T) {
 		t.Errorf("balance %v, above the cap", s.Balance)
 	}
 }
+
+// NewFrom starts with the old budget's balance, capped at the new
+// MaxTokens; the old one is left as it was.
+func TestNewFromCarriesBalance(t *testing.T) {
+	old, err := budget.New(budget.Config{Ratio: 0.5, MaxTokens: 10, MinPerSecond: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 8 { // 8 deposits at 0.5: 4 tokens
+		old.Deposit()
+	}
+	for _, tc := range []struct {
+		cfg  budget.Config
+		want float64
+	}{
+		{budget.Config{Ratio: 0.1, MaxTokens: 10, MinPerSecond: -1}, 4}, // another ratio: the balance kept
+		{budget.Config{Ratio: 0.5, MaxTokens: 3, MinPerSecond: -1}, 3},  // capped
+		{budget.Config{Ratio: 0.5, MaxTokens: 20, MinPerSecond: 5}, 4},
+	} {
+		b, err := budget.NewFrom(tc.cfg, old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := b.Snapshot().Balance; got != tc.want {
+			t.Errorf("%+v: balance %v, want %v", tc.cfg, got, tc.want)
+		}
+		n := 0
+		for b.Withdraw() && n < 100 {
+			n++
+		}
+		if tc.cfg.MinPerSecond < 0 && float64(n) != tc.want {
+			t.Errorf("%+v: %d withdrawals, want %v", tc.cfg, n, tc.want)
+		}
+		if s := b.Snapshot(); s.Deposits != 0 {
+			t.Errorf("Deposits %d, want 0: the counters start anew", s.Deposits)
+		}
+	}
+	if got := old.Snapshot().Balance; got != 4 {
+		t.Errorf("old balance %v, want 4 (untouched)", got)
+	}
+	if b, err := budget.NewFrom(budget.Config{}, nil); err != nil || b.Snapshot().Balance != 0 {
+		t.Errorf("NewFrom(nil) = %v, %v; want an empty budget", b, err)
+	}
+	if _, err := budget.NewFrom(budget.Config{Ratio: 2}, old); err == nil {
+		t.Error("NewFrom with an invalid Config: no error")
+	}
+}
