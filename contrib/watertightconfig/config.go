@@ -142,7 +142,8 @@ var breakerFields = []field[Breaker]{
 	durField("open_duration", 1, nil, func(b *Breaker) *time.Duration { return &b.Config.OpenDuration }),
 	floatField("open_duration_multiplier", 1, math.MaxFloat64, false, nil, func(b *Breaker) *float64 { return &b.Config.OpenDurationMultiplier }),
 	durField("max_open_duration", 1, nil, func(b *Breaker) *time.Duration { return &b.Config.MaxOpenDuration }),
-	rateField("open_jitter", 0, 1, false, true, false, func(b *Breaker) *float64 { return &b.Config.OpenJitter }),
+	zeroMeans(rateField("open_jitter", 0, 1, false, true, false, func(b *Breaker) *float64 { return &b.Config.OpenJitter }),
+		func(b *Breaker) *float64 { return &b.Config.OpenJitter }, -1), // 0 in a file is no jitter: circuit's -1
 	intField("half_open_calls", 1, maxInt, nil, func(b *Breaker) *int { return &b.Config.HalfOpenCalls }),
 	durField("max_half_open_wait", 1, kwUnlimited, func(b *Breaker) *time.Duration { return &b.Config.MaxHalfOpenWait }),
 	intField("max_keys", 1, maxInt, kwKeys, func(b *Breaker) *int { return &b.MaxKeys }),

@@ -45,9 +45,12 @@
 // turn a named configuration into a keyed registry (one breaker per host),
 // and TransportConfig fills a watertighthttp.TransportConfig from names.
 // Reload and ReloadFrom swap in a new file: instances whose resolved
-// configuration did not change keep their objects and state (an open
-// breaker stays open), changed ones are rebuilt, removed ones dropped; an
-// invalid file is refused whole and the old configuration stays.
+// configuration did not change keep their objects and state; changed
+// breakers and bulkheads are reconfigured in place, keeping their state (an
+// open breaker stays open, permits in flight count against the new limit);
+// other changed instances are rebuilt (a budget keeping its balance);
+// removed ones are dropped; an invalid file is refused whole and the old
+// configuration stays. docs/configuration.md says what a reload keeps.
 // WatchSIGHUP reloads on SIGHUP in a long-running program.
 //
 // The command `watertight config check FILE` validates a file and prints

@@ -25,10 +25,11 @@ type TransportNames struct {
 // watertighthttp.NewTransport. A name the configuration does not have is
 // an error matching ErrNotFound.
 //
-// The Transport keeps what it was built with: after a Reload that changed
-// one of these names (Changes.Changed or Removed), build a new Transport.
-// An unchanged breaker keeps its keyed registry, so the new Transport
-// finds the same breakers in the same state.
+// The Transport keeps what it was built with: after a Reload that rebuilt
+// or removed one of these names (Changes.Rebuilt, including
+// "breakers.<name>.keyed", or Removed), build a new Transport. A kept or
+// reconfigured breaker keeps its keyed registry when it can, so the new
+// Transport finds the same breakers in the same state.
 func (r *Registry) TransportConfig(n TransportNames) (watertighthttp.TransportConfig, error) {
 	var tc watertighthttp.TransportConfig
 	var err error

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,8 +35,9 @@ type Options struct {
 	// Breaker, if not nil, is called with each breaker's configuration
 	// before the breaker is built, to set its function fields (Classify,
 	// OnStateChange, OnReject, Rand). It is called again each time a reload
-	// rebuilds the breaker. It should not change the fields the file sets:
-	// a reload compares the file's values, not what Breaker made of them.
+	// reconfigures the breaker. It should not change the fields the file
+	// sets: a reload compares the file's values, not what Breaker made of
+	// them.
 	Breaker func(name string, c *circuit.Config)
 	// Bulkhead, if not nil, is called with each bulkhead's configuration
 	// before it is built (see Breaker).
@@ -60,14 +62,19 @@ type Options struct {
 // one *circuit.Breaker per breaker, one *bulkhead.Bulkhead per bulkhead, and
 // so on. Reload swaps in a new File and keeps every instance whose
 // configuration did not change — with its state: an open breaker stays
-// open — rebuilds those that changed and drops those that are gone.
+// open. Breakers and bulkheads whose configuration changed are
+// reconfigured in place, the same objects with their state (the permits in
+// flight count against the new limit, an open breaker stays open); the
+// other kinds that changed are rebuilt (a budget carries its balance over);
+// those that are gone are dropped. docs/configuration.md ("What a reload
+// keeps") has the table.
 //
 // Look instances up when you need them rather than keeping them for the
 // life of the program: a lookup is a map read behind one atomic load, and
-// after a reload that changed an instance, only a lookup returns the new
-// one. The same holds for what CircuitRegistry, BulkheadRegistry,
-// RetryConfig and TransportConfig return: rebuild what you made from them
-// (an HTTP Transport, say) when Reload reports that those names changed.
+// after a reload that rebuilt an instance (Changes.Rebuilt), only a lookup
+// returns the new one. The same holds for what RetryConfig and
+// TransportConfig return: rebuild what you made from them (an HTTP
+// Transport, say) when Reload reports that those names were rebuilt.
 //
 // A Registry is safe for concurrent use: lookups never wait for a reload.
 type Registry struct {
@@ -90,13 +97,70 @@ type state struct {
 type breakerEntry struct {
 	spec  Breaker
 	b     *circuit.Breaker
-	keyed func() (*circuit.Registry, error)
+	keyed *lazyKeyed[circuit.Config, *circuit.Registry]
 }
 
 type bulkheadEntry struct {
 	spec  Bulkhead
 	b     *bulkhead.Bulkhead
-	keyed func() (*bulkhead.Registry, error)
+	keyed *lazyKeyed[bulkhead.Config, *bulkhead.Registry]
+}
+
+// lazyKeyed is the keyed registry of a breaker or bulkhead, built on first
+// use from the instance's configuration and MaxKeys. A reload hands the
+// new configuration to set: a keyed registry already built is
+// reconfigured in place if it can be (every breaker or bulkhead it holds,
+// and the ones it makes from then on), otherwise dropped, so that the next
+// lookup builds one with the new configuration.
+type lazyKeyed[C any, R comparable] struct {
+	reg     atomic.Pointer[R] // nil until built
+	mu      sync.Mutex        // serialises building and set
+	cfg     C
+	maxKeys int
+	make    func(cfg C, maxKeys int) (R, error)
+}
+
+func newLazyKeyed[C any, R comparable](cfg C, maxKeys int, make func(C, int) (R, error)) *lazyKeyed[C, R] {
+	return &lazyKeyed[C, R]{cfg: cfg, maxKeys: maxKeys, make: make}
+}
+
+// get returns the keyed registry, building it on first use.
+func (l *lazyKeyed[C, R]) get() (R, error) {
+	if p := l.reg.Load(); p != nil {
+		return *p, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.reg.Load(); p != nil {
+		return *p, nil
+	}
+	r, err := l.make(l.cfg, l.maxKeys)
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	l.reg.Store(&r)
+	return r, nil
+}
+
+// set makes cfg and maxKeys the keyed registry's configuration. A
+// registry already built with the same MaxKeys is reconfigured in place
+// when it has a Reconfigure method; otherwise it is dropped and the next
+// get builds a fresh one. It reports whether it dropped one.
+func (l *lazyKeyed[C, R]) set(cfg C, maxKeys int) (dropped bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sameKeys := maxKeys == l.maxKeys
+	l.cfg, l.maxKeys = cfg, maxKeys
+	p := l.reg.Load()
+	if p == nil {
+		return false
+	}
+	if rc, ok := any(*p).(interface{ Reconfigure(C) error }); ok && sameKeys && rc.Reconfigure(cfg) == nil {
+		return false
+	}
+	l.reg.Store(nil)
+	return true
 }
 
 type retryEntry struct {
@@ -133,7 +197,7 @@ func NewRegistry(f *File, opts Options) (*Registry, error) {
 		return nil, errNilFile
 	}
 	r := &Registry{opts: opts}
-	st, _, err := r.build(&state{}, f)
+	st, _, _, err := r.build(&state{}, f) // nothing to reconfigure: no old state
 	if err != nil {
 		return nil, err
 	}
@@ -149,9 +213,16 @@ func (r *Registry) File() *File { return r.st.Load().file }
 type Changes struct {
 	// Added are the instances that are new.
 	Added []string
-	// Changed are the instances whose configuration changed: they were
-	// rebuilt, with fresh state.
+	// Changed are the instances whose configuration changed. Breakers and
+	// bulkheads are reconfigured in place, keeping their objects and state;
+	// the others are rebuilt (and listed in Rebuilt too).
 	Changed []string
+	// Rebuilt are the changed instances that are new objects: budgets
+	// (their balance carried over), retry and hedging policies, timeouts,
+	// and the keyed registries that had to be made afresh (named as
+	// "breakers.payment.keyed"; see Registry.CircuitRegistry). Whatever was
+	// built from the old objects (an HTTP Transport) should be built again.
+	Rebuilt []string
 	// Removed are the instances that are gone.
 	Removed []string
 	// Kept are the instances that did not change: the same objects, with
@@ -175,22 +246,35 @@ func (c Changes) String() string {
 }
 
 // Reload replaces the configuration with f. Instances whose resolved
-// configuration is the same as before keep their objects and state; those
-// that changed are rebuilt; those f does not name are dropped (callers that
-// still hold them may go on using them, unseen by the registry). A retry
-// policy is rebuilt too when the budget it names is, and a hedging policy
-// when its budget, breaker or bulkhead is. If an instance cannot
-// be built, nothing changes and the error is returned.
+// configuration is the same as before keep their objects and state.
+// Breakers and bulkheads that changed are reconfigured in place
+// (circuit.Breaker.Reconfigure, bulkhead.Bulkhead.Reconfigure): callers
+// holding them see the new settings, a bulkhead's permits in flight count
+// against its new limit, an open breaker stays open. Their keyed registries
+// are reconfigured too (every breaker or bulkhead they hold, and the ones
+// they make from then on) when the keyed registry can be and MaxKeys did
+// not change; otherwise they are made afresh on next use. The other kinds
+// that changed are rebuilt: a budget starts with the old one's balance
+// (capped at its new MaxTokens), a retry policy is rebuilt too when the
+// budget it names is, and a hedging policy when its budget is. Instances f
+// does not name are dropped (callers that still hold them may go on using
+// them, unseen by the registry). If an instance cannot be built or
+// reconfigured, nothing changes and the error is returned.
 func (r *Registry) Reload(f *File) (Changes, error) {
 	if f == nil {
 		return Changes{}, errNilFile
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st, ch, err := r.build(r.st.Load(), f)
+	st, ch, apply, err := r.build(r.st.Load(), f)
 	if err != nil {
 		return Changes{}, err
 	}
+	// Everything is valid: reconfigure in place, then publish.
+	for _, fn := range apply {
+		ch.Rebuilt = append(ch.Rebuilt, fn()...)
+	}
+	slices.Sort(ch.Rebuilt)
 	r.st.Store(st)
 	return ch, nil
 }
@@ -206,8 +290,11 @@ func (r *Registry) ReloadFrom(path string) (Changes, error) {
 	return r.Reload(f)
 }
 
-// build makes the state for f, reusing old's unchanged entries.
-func (r *Registry) build(old *state, f *File) (*state, Changes, error) {
+// build makes the state for f, reusing old's unchanged entries and
+// preparing the in-place reconfiguration of the changed breakers and
+// bulkheads: apply runs them (each returns what it had to rebuild) once
+// the whole of f is known to be valid.
+func (r *Registry) build(old *state, f *File) (_ *state, _ Changes, apply []func() []string, _ error) {
 	var ch Changes
 	st := &state{file: f}
 	var err error
@@ -215,23 +302,52 @@ func (r *Registry) build(old *state, f *File) (*state, Changes, error) {
 		func(o *breakerEntry, s Breaker) bool {
 			return o.spec.MaxKeys == s.MaxKeys && reflect.DeepEqual(o.spec.Config, s.Config)
 		},
+		func(name string, o *breakerEntry, s Breaker) (*breakerEntry, error) {
+			c := r.breakerConfig(name, s)
+			if _, err := circuit.New(c); err != nil { // validate before changing anything
+				return nil, fmt.Errorf("config: breakers.%s: %w", name, err)
+			}
+			apply = append(apply, func() []string {
+				_ = o.b.Reconfigure(c) // validated above
+				return keyedRebuilt("breakers."+name, o.keyed.set(c, s.MaxKeys))
+			})
+			return &breakerEntry{spec: s, b: o.b, keyed: o.keyed}, nil
+		},
 		r.newBreaker)
 	if err != nil {
-		return nil, ch, err
+		return nil, ch, nil, err
 	}
 	st.bulkheads, err = reuse(old.bulkheads, f.Bulkheads, "bulkheads", &ch,
 		func(o *bulkheadEntry, s Bulkhead) bool {
 			return o.spec.MaxKeys == s.MaxKeys && reflect.DeepEqual(o.spec.Config, s.Config)
 		},
+		func(name string, o *bulkheadEntry, s Bulkhead) (*bulkheadEntry, error) {
+			c := r.bulkheadConfig(name, s)
+			if _, err := bulkhead.New(c); err != nil {
+				return nil, fmt.Errorf("config: bulkheads.%s: %w", name, err)
+			}
+			apply = append(apply, func() []string {
+				_ = o.b.Reconfigure(c) // validated above
+				return keyedRebuilt("bulkheads."+name, o.keyed.set(c, s.MaxKeys))
+			})
+			return &bulkheadEntry{spec: s, b: o.b, keyed: o.keyed}, nil
+		},
 		r.newBulkhead)
 	if err != nil {
-		return nil, ch, err
+		return nil, ch, nil, err
 	}
 	st.budgets, err = reuse(old.budgets, f.Budgets, "budgets", &ch,
 		func(o *budgetEntry, s Budget) bool { return reflect.DeepEqual(o.spec.Config, s.Config) },
-		r.newBudget)
+		nil,
+		func(name string, s Budget) (*budgetEntry, error) {
+			var from *budget.Budget
+			if o := old.budgets[name]; o != nil {
+				from = o.b
+			}
+			return r.newBudget(name, s, from)
+		})
 	if err != nil {
-		return nil, ch, err
+		return nil, ch, nil, err
 	}
 	budgetOf := func(name string) *budget.Budget {
 		if e := st.budgets[name]; e != nil {
@@ -244,6 +360,7 @@ func (r *Registry) build(old *state, f *File) (*state, Changes, error) {
 			return o.spec.Budget == s.Budget && o.bud == budgetOf(s.Budget) &&
 				reflect.DeepEqual(o.spec.Config, s.Config) && reflect.DeepEqual(o.spec.Backoff, s.Backoff)
 		},
+		nil,
 		func(name string, s Retry) (*retryEntry, error) {
 			if s.Budget != "" && budgetOf(s.Budget) == nil {
 				return nil, fmt.Errorf("config: retries.%s.budget: no budget named %q", name, s.Budget)
@@ -251,13 +368,13 @@ func (r *Registry) build(old *state, f *File) (*state, Changes, error) {
 			return r.newRetry(name, s, budgetOf(s.Budget))
 		})
 	if err != nil {
-		return nil, ch, err
+		return nil, ch, nil, err
 	}
 	st.timeouts, err = reuse(old.timeouts, f.Timeouts, "timeouts", &ch,
 		func(o *timeoutEntry, s Timeout) bool { return reflect.DeepEqual(o.spec.Config, s.Config) },
-		r.newTimeout)
+		nil, r.newTimeout)
 	if err != nil {
-		return nil, ch, err
+		return nil, ch, nil, err
 	}
 	breakerOf := func(name string) *circuit.Breaker {
 		if e := st.breakers[name]; e != nil {
@@ -277,6 +394,7 @@ func (r *Registry) build(old *state, f *File) (*state, Changes, error) {
 				o.bud == budgetOf(s.Budget) && o.br == breakerOf(s.Breaker) && o.bh == bulkheadOf(s.Bulkhead) &&
 				reflect.DeepEqual(o.spec.Config, s.Config)
 		},
+		nil,
 		func(name string, s Hedge) (*hedgeEntry, error) {
 			e := &hedgeEntry{spec: s, bud: budgetOf(s.Budget), br: breakerOf(s.Breaker), bh: bulkheadOf(s.Bulkhead)}
 			if (s.Budget != "" && e.bud == nil) || (s.Breaker != "" && e.br == nil) || (s.Bulkhead != "" && e.bh == nil) {
@@ -298,21 +416,42 @@ func (r *Registry) build(old *state, f *File) (*state, Changes, error) {
 			return e, nil
 		})
 	if err != nil {
-		return nil, ch, err
+		return nil, ch, nil, err
 	}
-	return st, ch, nil
+	return st, ch, apply, nil
+}
+
+// keyedRebuilt names the keyed registry of instance id when a reload
+// dropped it.
+func keyedRebuilt(id string, dropped bool) []string {
+	if !dropped {
+		return nil
+	}
+	return []string{id + ".keyed"}
 }
 
 // reuse builds the entries of one section, keeping old's unchanged ones.
+// A changed entry is passed to update, if not nil, to be reconfigured in
+// place; otherwise it is built anew (and counted as rebuilt).
 func reuse[S any, E any](old map[string]*E, specs map[string]S, section string, ch *Changes,
-	same func(*E, S) bool, build func(string, S) (*E, error)) (map[string]*E, error) {
+	same func(*E, S) bool, update func(string, *E, S) (*E, error), build func(string, S) (*E, error)) (map[string]*E, error) {
 	out := make(map[string]*E, len(specs))
 	for _, name := range sortedKeys(specs) {
 		s := specs[name]
 		id := section + "." + name
-		if o, ok := old[name]; ok && same(o, s) {
+		o, ok := old[name]
+		if ok && same(o, s) {
 			out[name] = o
 			ch.Kept = append(ch.Kept, id)
+			continue
+		}
+		if ok && update != nil {
+			e, err := update(name, o, s)
+			if err != nil {
+				return nil, err
+			}
+			out[name] = e
+			ch.Changed = append(ch.Changed, id)
 			continue
 		}
 		e, err := build(name, s)
@@ -320,8 +459,9 @@ func reuse[S any, E any](old map[string]*E, specs map[string]S, section string, 
 			return nil, err
 		}
 		out[name] = e
-		if _, ok := old[name]; ok {
+		if ok {
 			ch.Changed = append(ch.Changed, id)
+			ch.Rebuilt = append(ch.Rebuilt, id)
 		} else {
 			ch.Added = append(ch.Added, id)
 		}
@@ -352,12 +492,12 @@ func (r *Registry) newBreaker(name string, s Breaker) (*breakerEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("config: breakers.%s: %w", name, err)
 	}
-	return &breakerEntry{spec: s, b: b, keyed: sync.OnceValues(func() (*circuit.Registry, error) {
-		return circuit.NewRegistry(circuit.RegistryConfig{Config: c, MaxKeys: s.MaxKeys})
+	return &breakerEntry{spec: s, b: b, keyed: newLazyKeyed(c, s.MaxKeys, func(c circuit.Config, maxKeys int) (*circuit.Registry, error) {
+		return circuit.NewRegistry(circuit.RegistryConfig{Config: c, MaxKeys: maxKeys})
 	})}, nil
 }
 
-func (r *Registry) newBulkhead(name string, s Bulkhead) (*bulkheadEntry, error) {
+func (r *Registry) bulkheadConfig(name string, s Bulkhead) bulkhead.Config {
 	c := s.Config
 	c.Name = name
 	if r.opts.Listener != nil {
@@ -366,16 +506,23 @@ func (r *Registry) newBulkhead(name string, s Bulkhead) (*bulkheadEntry, error) 
 	if r.opts.Bulkhead != nil {
 		r.opts.Bulkhead(name, &c)
 	}
+	return c
+}
+
+func (r *Registry) newBulkhead(name string, s Bulkhead) (*bulkheadEntry, error) {
+	c := r.bulkheadConfig(name, s)
 	b, err := bulkhead.New(c)
 	if err != nil {
 		return nil, fmt.Errorf("config: bulkheads.%s: %w", name, err)
 	}
-	return &bulkheadEntry{spec: s, b: b, keyed: sync.OnceValues(func() (*bulkhead.Registry, error) {
-		return bulkhead.NewRegistry(bulkhead.RegistryConfig{Config: c, MaxKeys: s.MaxKeys})
+	return &bulkheadEntry{spec: s, b: b, keyed: newLazyKeyed(c, s.MaxKeys, func(c bulkhead.Config, maxKeys int) (*bulkhead.Registry, error) {
+		return bulkhead.NewRegistry(bulkhead.RegistryConfig{Config: c, MaxKeys: maxKeys})
 	})}, nil
 }
 
-func (r *Registry) newBudget(name string, s Budget) (*budgetEntry, error) {
+// newBudget builds a budget; from, if not nil, is the budget it replaces,
+// whose balance it starts with.
+func (r *Registry) newBudget(name string, s Budget, from *budget.Budget) (*budgetEntry, error) {
 	c := s.Config
 	c.Name = name
 	if r.opts.Listener != nil {
@@ -384,7 +531,7 @@ func (r *Registry) newBudget(name string, s Budget) (*budgetEntry, error) {
 	if r.opts.Budget != nil {
 		r.opts.Budget(name, &c)
 	}
-	b, err := budget.New(c)
+	b, err := budget.NewFrom(c, from)
 	if err != nil {
 		return nil, fmt.Errorf("config: budgets.%s: %w", name, err)
 	}
@@ -507,23 +654,28 @@ func (r *Registry) Hedge(name string) (*hedge.Policy, error) {
 // CircuitRegistry returns a keyed circuit.Registry whose breakers (one per
 // key: a host, a route) all take the configuration of the breaker named
 // name, and its max_keys. The same *circuit.Registry is returned, with its
-// breakers' state, until a reload changes that breaker's configuration.
+// breakers' state, across reloads: one that changes the breaker's
+// configuration reconfigures every breaker the keyed registry holds, and
+// the ones it makes after, in place, if the circuit.Registry has a
+// Reconfigure method. Otherwise, and when max_keys changes, the reload
+// drops it (Changes.Rebuilt names "breakers.<name>.keyed") and the next call
+// returns a fresh one.
 func (r *Registry) CircuitRegistry(name string) (*circuit.Registry, error) {
 	m := r.st.Load().breakers
 	if e, ok := m[name]; ok {
-		return e.keyed()
+		return e.keyed.get()
 	}
 	return nil, notFound("breaker", name, m)
 }
 
 // BulkheadRegistry returns a keyed bulkhead.Registry whose bulkheads (one
 // per key) all take the configuration of the bulkhead named name, and its
-// max_keys. The same *bulkhead.Registry is returned until a reload changes
-// that bulkhead's configuration.
+// max_keys. It is kept across reloads as CircuitRegistry's is (Changes.Rebuilt
+// names "bulkheads.<name>.keyed" when it could not be).
 func (r *Registry) BulkheadRegistry(name string) (*bulkhead.Registry, error) {
 	m := r.st.Load().bulkheads
 	if e, ok := m[name]; ok {
-		return e.keyed()
+		return e.keyed.get()
 	}
 	return nil, notFound("bulkhead", name, m)
 }

@@ -164,6 +164,9 @@ func TestReload(t *testing.T) {
 	if want := []string{"breakers.catalog", "budgets.shared", "retries.payment"}; !slices.Equal(ch.Changed, want) {
 		t.Errorf("Changed %q", ch.Changed)
 	}
+	if want := []string{"budgets.shared", "retries.payment"}; !slices.Equal(ch.Rebuilt, want) {
+		t.Errorf("Rebuilt %q, want the budget and the retry on it; the breaker is reconfigured in place", ch.Rebuilt)
+	}
 	if want := []string{"timeouts.payment"}; !slices.Equal(ch.Removed, want) {
 		t.Errorf("Removed %q", ch.Removed)
 	}
@@ -182,8 +185,8 @@ func TestReload(t *testing.T) {
 	} else if hb, _ := k.Get("host-a"); hb != hostBreaker || hb.State() != circuit.ForcedOpen {
 		t.Error("keyed breaker lost its state")
 	}
-	if b, _ := r.Breaker("catalog"); b == catalog || b.State() != circuit.Closed || r.File().Breakers["catalog"].Config.MinCalls != 7 {
-		t.Errorf("changed breaker not rebuilt: %v", b.State())
+	if b, _ := r.Breaker("catalog"); b != catalog || b.State() != circuit.ForcedOpen || r.File().Breakers["catalog"].Config.MinCalls != 7 {
+		t.Errorf("changed breaker: %p (was %p), %v; want the same breaker, still forced open", b, catalog, b.State())
 	}
 	if b, _ := r.Budget("shared"); b == bud || b.Config().MaxTokens != 5 {
 		t.Error("changed budget not rebuilt")
@@ -524,19 +527,35 @@ hedges:
 		t.Errorf("%v", err)
 	}
 
-	// The breaker it names changes: the policy is rebuilt on the new one.
+	// The breaker it names changes: it is reconfigured in place, so the
+	// policy keeps it and is not rebuilt.
 	ch, err := r.Reload(mustParse(t, strings.Replace(src, "reads: {}", "reads: {min_calls: 3}", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(ch.Changed, []string{"breakers.reads", "hedges.reads"}) {
-		t.Errorf("changed %q", ch.Changed)
+	if !slices.Equal(ch.Changed, []string{"breakers.reads"}) || len(ch.Rebuilt) != 0 {
+		t.Errorf("changed %q, rebuilt %q", ch.Changed, ch.Rebuilt)
 	}
 	nreads, _ := r.Hedge("reads")
 	nbr, _ := r.Breaker("reads")
-	if nreads == reads || nreads.Config().Breaker != nbr || nbr == br {
-		t.Error("hedge not rebuilt on the new breaker")
+	if nreads != reads || nreads.Config().Breaker != nbr || nbr != br {
+		t.Error("hedge or breaker rebuilt for a breaker reconfigured in place")
 	}
+	// The budget it names changes: the budget is rebuilt, and the policy
+	// on it.
+	ch, err = r.Reload(mustParse(t, strings.Replace(strings.Replace(src, "reads: {}", "reads: {min_calls: 3}", 1), "ratio: 5%", "ratio: 6%", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ch.Rebuilt, []string{"budgets.hedging", "hedges.reads"}) {
+		t.Errorf("rebuilt %q", ch.Rebuilt)
+	}
+	nreads, _ = r.Hedge("reads")
+	nbud, _ := r.Budget("hedging")
+	if nreads == reads || nreads.Config().Budget != nbud || nbud == bud {
+		t.Error("hedge not rebuilt on the new budget")
+	}
+	src = strings.Replace(src, "ratio: 5%", "ratio: 6%", 1)
 	if f, _ := r.Hedge("fixed"); f != fixed {
 		t.Error("unchanged hedge rebuilt")
 	}

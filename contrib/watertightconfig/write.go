@@ -149,7 +149,7 @@ func writeBreaker(o *out, b Breaker) {
 	o.field(s, "open_duration", dur(c.OpenDuration))
 	o.field(s, "open_duration_multiplier", num(c.OpenDurationMultiplier))
 	o.field(s, "max_open_duration", dur(c.MaxOpenDuration))
-	o.field(s, "open_jitter", num(c.OpenJitter))
+	o.field(s, "open_jitter", num(max(c.OpenJitter, 0))) // negative (none) is 0 in a file
 	o.field(s, "half_open_calls", strconv.Itoa(c.HalfOpenCalls))
 	o.field(s, "max_half_open_wait", durOr(c.MaxHalfOpenWait, c.MaxHalfOpenWait < 0, "unlimited"))
 	o.field(s, "max_keys", keys(b.MaxKeys))
