@@ -2,6 +2,7 @@ package watertightotel_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/watertight-go/watertight/circuit"
 	watertightotel "github.com/watertight-go/watertight/contrib/watertightotel"
 )
+
+var errBench = errors.New("boom")
 
 func benchMetrics(b *testing.B) (*watertightotel.Metrics, *sdkmetric.ManualReader) {
 	reader := sdkmetric.NewManualReader()
@@ -47,26 +50,35 @@ func BenchmarkOnEvent(b *testing.B) {
 	})
 }
 
-// BenchmarkLatency is a call through a Latency policy on the SDK.
+// BenchmarkLatency is a call through a Latency policy on the SDK: one that
+// succeeds, one that fails and one that a protection rejected.
 func BenchmarkLatency(b *testing.B) {
 	m, _ := benchMetrics(b)
 	pipe := watertight.MustNew(m.Latency("x"))
 	ctx := context.Background()
-	fn := func(context.Context) (int, error) { return 1, nil }
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			watertight.Do(ctx, pipe, fn)
-		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				watertight.Do(ctx, pipe, fn)
+	for _, bc := range []struct {
+		name string
+		fn   func(context.Context) (int, error)
+	}{
+		{"", func(context.Context) (int, error) { return 1, nil }},
+		{"failure-", func(context.Context) (int, error) { return 0, errBench }},
+		{"rejected-", func(context.Context) (int, error) { return 0, circuit.ErrOpen }},
+	} {
+		b.Run(bc.name+"serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				watertight.Do(ctx, pipe, bc.fn)
 			}
 		})
-	})
+		b.Run(bc.name+"parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					watertight.Do(ctx, pipe, bc.fn)
+				}
+			})
+		})
+	}
 }
 
 // BenchmarkCollect is one collection of a registry of 100 breakers.

@@ -23,13 +23,21 @@ func nanotime() int64 { return int64(time.Since(epoch)) }
 // call's error unchanged. Build it with Metrics.Latency; it is safe for
 // concurrent use.
 //
+// A call that a protection rejected (watertight.IsRejection: an open
+// breaker, a full bulkhead, an exhausted budget, a shed request) is not
+// recorded, wherever the policy sits: it did not run, so it has no
+// duration, and the protection's rejection counter
+// (watertight.circuit.rejections, watertight.bulkhead.rejections, ...)
+// already counts it.
+//
 // What it measures depends on where it sits in the pipeline: innermost it
 // times the dependency, one record per attempt; outermost it times what the
 // caller waits, retries and waits for permits included.
 //
 // Cost per call: two reads of the monotonic clock, the classification of a
 // non-nil error and one synchronous histogram record with a prepared
-// attribute set; see the package benchmarks for the SDK's share.
+// attribute set; see the package benchmarks for the SDK's share. A rejection
+// costs one walk of its error chain and nothing else.
 type Latency struct {
 	m    *Metrics
 	name string
@@ -53,8 +61,11 @@ func (l *Latency) Enter(ctx context.Context) (context.Context, watertight.Ticket
 }
 
 // Exit implements watertight.Policy: it records the call's duration under
-// its outcome and returns err unchanged.
+// its outcome, unless err is a rejection, and returns err unchanged.
 func (l *Latency) Exit(ctx context.Context, t watertight.Ticket, err error) error {
+	if err != nil && isRejection(err) {
+		return err
+	}
 	d := float64(nanotime()-t.Start) / float64(time.Second)
 	o := l.m.classify(ctx, err)
 	if int(o) < len(l.opts) {

@@ -2,11 +2,15 @@ package watertightotel_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/circuit"
 	watertightotel "github.com/watertight-go/watertight/contrib/watertightotel"
 )
 
@@ -58,4 +62,45 @@ func TestLatencyAllocations(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { watertight.Do(ctx, pipe, fn) }); n != 0 {
 		t.Errorf("a call through Latency allocates %v times (SDK MeterProvider, prepared attribute set)", n)
 	}
+}
+
+// A call that a protection rejected did not run: it has no duration to
+// record, and it is counted by that protection's rejection counter.
+func TestLatencySkipsRejections(t *testing.T) {
+	h := newHarness(t, watertightotel.Config{})
+	b, err := circuit.New(circuit.Config{Name: "payments", Listener: h.m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.m.AddBreaker(b)
+	b.ForceOpen()
+	// Outermost, the Latency policy sees every call, the rejected ones too.
+	pipe := watertight.MustNew(h.m.Latency("payments"), b)
+	ctx := context.Background()
+	for range 15 {
+		_, err := watertight.Do(ctx, pipe, func(context.Context) (int, error) { return 1, nil })
+		if !errors.Is(err, circuit.ErrOpen) {
+			t.Fatalf("Do through a forced-open breaker = %v, want circuit.ErrOpen", err)
+		}
+	}
+	l := h.m.Latency("payments")
+	for _, rej := range []error{fmt.Errorf("attempt 2: %w", circuit.ErrOpen), bulkhead.ErrFull} {
+		ctx, tk, _ := l.Enter(ctx)
+		if got := l.Exit(ctx, tk, rej); got != rej {
+			t.Fatalf("Exit = %v, want the error unchanged", got)
+		}
+	}
+	got, _ := h.collect(t)
+	absent(t, got, "watertight.call.duration")
+	want(t, got, map[string]float64{
+		`watertight.circuit.rejections{watertight.key="",watertight.name="payments"}`:     15,
+		`watertight.events{event="rejected",source="circuit",watertight.name="payments"}`: 15,
+	})
+	// A call that ran and failed is still recorded.
+	ctx2, tk, _ := l.Enter(ctx)
+	l.Exit(ctx2, tk, errBoom)
+	got, _ = h.collect(t)
+	want(t, got, map[string]float64{
+		`watertight.call.duration_count{outcome="failure",watertight.name="payments"}`: 1,
+	})
 }

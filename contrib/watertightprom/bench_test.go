@@ -2,6 +2,7 @@ package watertightprom_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -11,6 +12,8 @@ import (
 	watertightprom "github.com/watertight-go/watertight/contrib/watertightprom"
 	"github.com/watertight-go/watertight/watertighthttp"
 )
+
+var errBench = errors.New("boom")
 
 var benchEvent = watertight.Event{Kind: watertight.EventRejected, Source: "circuit", Name: "payments", Key: "eu.example.com"}
 
@@ -66,25 +69,30 @@ func BenchmarkCounterVec(b *testing.B) {
 func BenchmarkLatency(b *testing.B) {
 	c, _ := watertightprom.NewCollector(watertightprom.Config{})
 	ctx := context.Background()
-	fn := func(context.Context) (int, error) { return 1, nil }
+	ok := func(context.Context) (int, error) { return 1, nil }
+	failed := func(context.Context) (int, error) { return 0, errBench }
+	rejected := func(context.Context) (int, error) { return 0, circuit.ErrOpen }
 	for _, bc := range []struct {
 		name string
 		pipe *watertight.Pipeline
+		fn   func(context.Context) (int, error)
 	}{
-		{"none", watertight.MustNew()},
-		{"latency", watertight.MustNew(c.Latency("x"))},
+		{"none", watertight.MustNew(), ok},
+		{"latency", watertight.MustNew(c.Latency("x")), ok},
+		{"latency-failure", watertight.MustNew(c.Latency("x")), failed},
+		{"latency-rejected", watertight.MustNew(c.Latency("x")), rejected},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				watertight.Do(ctx, bc.pipe, fn)
+				watertight.Do(ctx, bc.pipe, bc.fn)
 			}
 		})
 		b.Run(bc.name+"-parallel", func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					watertight.Do(ctx, bc.pipe, fn)
+					watertight.Do(ctx, bc.pipe, bc.fn)
 				}
 			})
 		})

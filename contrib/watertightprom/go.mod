@@ -8,6 +8,7 @@ require (
 	github.com/prometheus/common v0.70.1
 	github.com/watertight-go/watertight v0.0.0
 	go.uber.org/goleak v1.3.0
+	pgregory.net/rapid v1.3.0
 )
 
 require (

@@ -20,6 +20,12 @@ func nanotime() int64 { return int64(time.Since(epoch)) }
 // refuses a call and returns the call's error unchanged. Build it with
 // Collector.Latency; it is safe for concurrent use.
 //
+// A call that a protection rejected (watertight.IsRejection: an open
+// breaker, a full bulkhead, an exhausted budget, a shed request) is not
+// observed, wherever the policy sits: it did not run, so it has no duration,
+// and the protection's rejection counter (watertight_circuit_rejected_total,
+// watertight_bulkhead_rejected_total, ...) already counts it.
+//
 // What it measures depends on where it sits in the pipeline: innermost
 // (just before the call, inside the attempt timeout) it times the
 // dependency, one observation per attempt; outermost it times what the
@@ -27,7 +33,9 @@ func nanotime() int64 { return int64(time.Since(epoch)) }
 // _count is also the number of calls by outcome.
 //
 // Cost per call: two reads of the monotonic clock, the classification of a
-// non-nil error, and one histogram observation (atomic adds); no allocation.
+// non-nil error, and one histogram observation (atomic adds); no allocation
+// of its own (the default classification of a failure allocates in
+// errors.As). A rejection costs one walk of its error chain and nothing else.
 type Latency struct {
 	c    *Collector
 	name string
@@ -50,8 +58,11 @@ func (l *Latency) Enter(ctx context.Context) (context.Context, watertight.Ticket
 }
 
 // Exit implements watertight.Policy: it observes the call's duration under
-// its outcome and returns err unchanged.
+// its outcome, unless err is a rejection, and returns err unchanged.
 func (l *Latency) Exit(ctx context.Context, t watertight.Ticket, err error) error {
+	if err != nil && isRejection(err) {
+		return err
+	}
 	d := float64(nanotime()-t.Start) / float64(time.Second)
 	o := l.c.classify(ctx, err)
 	if int(o) < len(l.obs) {
