@@ -116,3 +116,43 @@ func BenchmarkOutgoingMillis(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkIncomingConflicts reads several values, the shortest winning:
+// two lines, a list, and values on every header.
+func BenchmarkIncomingConflicts(b *testing.B) {
+	p := benchPropagator(b)
+	for _, bc := range []struct {
+		name string
+		h    http.Header
+	}{
+		{"lines", http.Header{"X-Request-Timeout-Ms": {"5000", "250"}}},
+		{"list", http.Header{"X-Request-Timeout-Ms": {"5000, 250"}}},
+		{"all", http.Header{"X-Request-Timeout-Ms": {"5000"}, "Grpc-Timeout": {"1S"}, "X-Envoy-Expected-Rq-Timeout-Ms": {"250"}, "X-Envoy-Upstream-Rq-Timeout-Ms": {"700"}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if d, ok := p.Incoming(bc.h); !ok || d != 250*time.Millisecond {
+						b.Fatal(d, ok)
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkIncomingMalformed is a flood of malformed values: counted, and
+// logged at most once per WarnInterval.
+func BenchmarkIncomingMalformed(b *testing.B) {
+	p := benchPropagator(b)
+	h := http.Header{"X-Request-Timeout-Ms": {"soon"}}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, ok := p.Incoming(h); ok {
+				b.Fatal("accepted")
+			}
+		}
+	})
+}

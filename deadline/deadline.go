@@ -219,7 +219,7 @@ func validHeaderName(s string) bool {
 // source is one header read on input, with its parser.
 type source struct {
 	header  string
-	parse   func(string) (time.Duration, error)
+	parse   func(string) (time.Duration, string) // parseMillis or parseGRPCTimeout
 	expired *expiredCache
 	warns   *[numReasons]warnLimit // by Reason
 }
@@ -274,11 +274,11 @@ func New(cfg Config) (*Propagator, error) {
 		}
 	}
 	p.sources = append(p.sources,
-		source{c.Header, ParseMillis, new(expiredCache), new([numReasons]warnLimit)},
-		source{HeaderGRPCTimeout, ParseGRPCTimeout, new(expiredCache), new([numReasons]warnLimit)})
+		source{c.Header, parseMillis, new(expiredCache), new([numReasons]warnLimit)},
+		source{HeaderGRPCTimeout, parseGRPCTimeout, new(expiredCache), new([numReasons]warnLimit)})
 	for _, h := range []string{HeaderEnvoyTimeout, HeaderEnvoyUpstreamTimeout} {
 		if c.Header != h {
-			p.sources = append(p.sources, source{h, ParseMillis, new(expiredCache), new([numReasons]warnLimit)})
+			p.sources = append(p.sources, source{h, parseMillis, new(expiredCache), new([numReasons]warnLimit)})
 		}
 	}
 	return p, nil
@@ -382,13 +382,13 @@ func (p *Propagator) shortest(s *source, line string) (best time.Duration, ok bo
 // value parses one value of s's header, warning about it when it is
 // malformed or absurd.
 func (p *Propagator) value(s *source, v string) (time.Duration, bool) {
-	d, err := s.parse(v)
-	if err != nil {
-		p.warn(s, Malformed, v, err.Error())
+	d, want := s.parse(v)
+	if want != "" {
+		p.warn(s, Malformed, v, want)
 		return 0, false
 	}
 	if d == math.MaxInt64 && d > p.cfg.Max {
-		p.warn(s, Absurd, v, "beyond a time.Duration; clamped to Max "+p.cfg.Max.String())
+		p.warn(s, Absurd, v, "")
 	}
 	return d, true
 }

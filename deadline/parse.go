@@ -77,15 +77,27 @@ func digits(s string) (n uint64, ok bool) {
 // A value too large for a time.Duration (about 292 years) gives the largest
 // Duration, not an error. Errors wrap ErrSyntax.
 func ParseMillis(v string) (time.Duration, error) {
+	d, want := parseMillis(v)
+	if want != "" {
+		return 0, syntaxError(v, want)
+	}
+	return d, nil
+}
+
+// parseMillis is ParseMillis without the error: want says what was
+// expected, "" when v is well formed. It allocates nothing, so that a flood
+// of malformed values costs no garbage (the error is made only for a log
+// line).
+func parseMillis(v string) (d time.Duration, want string) {
 	s := trimOWS(v)
 	n, ok := digits(s)
 	if !ok {
 		if s == "" {
-			return 0, syntaxError(v, "want a non-negative integer of milliseconds, got an empty value")
+			return 0, "want a non-negative integer of milliseconds, got an empty value"
 		}
-		return 0, syntaxError(v, "want a non-negative integer of milliseconds (digits only)")
+		return 0, "want a non-negative integer of milliseconds (digits only)"
 	}
-	return scale(n, time.Millisecond), nil
+	return scale(n, time.Millisecond), ""
 }
 
 // ParseGRPCTimeout parses gRPC's grpc-timeout header, such as "100m", "5S" or
@@ -95,10 +107,19 @@ func ParseMillis(v string) (time.Duration, error) {
 // around the value are trimmed. Eight digits of hours overflow a
 // time.Duration and give the largest Duration. Errors wrap ErrSyntax.
 func ParseGRPCTimeout(v string) (time.Duration, error) {
-	const want = "want 1 to 8 digits followed by a unit H, M, S, m, u or n"
+	d, want := parseGRPCTimeout(v)
+	if want != "" {
+		return 0, syntaxError(v, want)
+	}
+	return d, nil
+}
+
+// parseGRPCTimeout is ParseGRPCTimeout without the error, as parseMillis.
+func parseGRPCTimeout(v string) (d time.Duration, want string) {
+	const form = "want 1 to 8 digits followed by a unit H, M, S, m, u or n"
 	s := trimOWS(v)
 	if len(s) < 2 {
-		return 0, syntaxError(v, want)
+		return 0, form
 	}
 	var unit time.Duration
 	switch s[len(s)-1] {
@@ -115,17 +136,17 @@ func ParseGRPCTimeout(v string) (time.Duration, error) {
 	case 'n':
 		unit = time.Nanosecond
 	default:
-		return 0, syntaxError(v, want)
+		return 0, form
 	}
 	num := s[:len(s)-1]
 	if len(num) > 8 {
-		return 0, syntaxError(v, "want at most 8 digits before the unit")
+		return 0, "want at most 8 digits before the unit"
 	}
 	n, ok := digits(num)
 	if !ok {
-		return 0, syntaxError(v, want)
+		return 0, form
 	}
-	return scale(n, unit), nil
+	return scale(n, unit), ""
 }
 
 // FormatMillis formats d for the header: whole milliseconds, rounded down,

@@ -57,10 +57,11 @@ func (p *Propagator) Warned(r Reason) uint64 {
 	return n
 }
 
-// warn counts a warning of reason r about value v of s's header, and logs
-// it unless a line of r about that header was logged less than WarnInterval
-// ago; a line logged after some were left out says how many (suppressed).
-func (p *Propagator) warn(s *source, r Reason, v, why string) {
+// warn counts a warning of reason r about value v of s's header (want is
+// the parser's, for Malformed), and logs it unless a line of r about that
+// header was logged less than WarnInterval ago; a line logged after some
+// were left out says how many (suppressed). Only a line logged allocates.
+func (p *Propagator) warn(s *source, r Reason, v, want string) {
 	w := &s.warns[r]
 	w.count.Add(1)
 	if every := p.cfg.WarnInterval; every > 0 {
@@ -71,9 +72,9 @@ func (p *Propagator) warn(s *source, r Reason, v, why string) {
 			return
 		}
 	}
-	msg := "deadline: ignored a malformed timeout header"
-	if r == Absurd {
-		msg = "deadline: clamped an absurd timeout header"
+	msg, why := "deadline: clamped an absurd timeout header", "beyond a time.Duration; clamped to Max "+p.cfg.Max.String()
+	if r == Malformed {
+		msg, why = "deadline: ignored a malformed timeout header", syntaxError(v, want).Error()
 	}
 	attrs := []slog.Attr{slog.String("header", s.header), slog.String("value", cut(v)), slog.String("reason", why)}
 	if n := w.suppressed.Swap(0); n > 0 {
