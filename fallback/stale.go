@@ -63,6 +63,15 @@ func DefaultCacheConfig() CacheConfig {
 // different keys rarely wait for each other; a full shard evicts its own
 // oldest entry, which is the oldest overall only approximately. An entry
 // found older than MaxStale is dropped when it is looked up.
+//
+// MaxStale is exact, not spread by jitter (issue 16 puts jitter on what
+// watertight schedules): an expiry here schedules nothing — no refresh, no
+// call to the dependency, no timer; it is found on a lookup that serves a
+// fallback anyway — so entries that expire together make no herd. And the
+// bound is a promise both ways: a value is served while it is at most
+// MaxStale old (spreading down would drop values the caller chose to
+// keep), and never after (spreading up would serve what the caller said is
+// worse than no answer).
 type LastKnownGood[T any] struct {
 	maxStale time.Duration // < 0: no limit
 	epoch    time.Time     // the cache's clock: now() is time.Since(epoch)

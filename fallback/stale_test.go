@@ -215,3 +215,28 @@ func TestDefaultConfigs(t *testing.T) {
 		t.Errorf("Do = %v, %v", v, err)
 	}
 }
+
+// MaxStale is exact for every entry, without jitter (see LastKnownGood):
+// many values recorded at once are all served at exactly MaxStale, and none
+// a nanosecond after.
+func TestLastKnownGoodMaxStaleExactForAll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := mustCache[int](t, fallback.CacheConfig{MaxStale: time.Minute, MaxEntries: -1})
+		const n = 1000
+		for i := range n {
+			c.Put(fmt.Sprint(i), i)
+		}
+		time.Sleep(time.Minute)
+		for i := range n {
+			if v, age, ok := c.Get(fmt.Sprint(i)); !ok || v != i || age != time.Minute {
+				t.Fatalf("key %d at exactly MaxStale: %v, %v, %v; want served", i, v, age, ok)
+			}
+		}
+		time.Sleep(time.Nanosecond)
+		for i := range n {
+			if _, _, ok := c.Get(fmt.Sprint(i)); ok {
+				t.Fatalf("key %d served 1ns past MaxStale", i)
+			}
+		}
+	})
+}
