@@ -108,7 +108,7 @@ func TestMemoryStoreTombstoneMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills a store")
 	}
-	const tombs = idempotency.DefaultMaxTombstones
+	const tombs = 50_000
 	const documented = idempotency.TombstoneBytes
 	sh := recordShape{"small", 0, 0, false}
 	before := liveHeap()
