@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -74,4 +75,32 @@ func ExamplePropagator_Check() {
 	fmt.Println(errors.Is(err, deadline.ErrTooShort), watertight.IsRejection(err))
 	// Output:
 	// true true
+}
+
+// Warnings about values from the wire are counted, and logged at most once a
+// WarnInterval per reason and header: export the counts as metrics, for
+// example with prometheus.NewCounterFunc(opts, func() float64 { return
+// float64(p.Warned(deadline.Malformed)) }).
+func ExamplePropagator_Warned() {
+	p, _ := deadline.New(deadline.Config{Logger: slog.New(slog.DiscardHandler)})
+	for range 3 {
+		p.Incoming(http.Header{"X-Request-Timeout-Ms": {"soon"}}) // 1 line logged, 2 only counted
+	}
+	d, _ := p.Incoming(http.Header{"X-Request-Timeout-Ms": {"-1, 5000", "50"}})
+	fmt.Println(d, p.Warned(deadline.Malformed), deadline.Malformed)
+	// Output:
+	// 50ms 4 malformed
+}
+
+// The margin is a share of the time left, from 1ms up to Config.Margin.
+func ExamplePropagator_MarginFor() {
+	p, _ := deadline.New(deadline.DefaultConfig())
+	for _, left := range []time.Duration{5 * time.Second, 150 * time.Millisecond, 10 * time.Millisecond, 1500 * time.Microsecond} {
+		fmt.Println(left, "left:", p.MarginFor(left), "margin")
+	}
+	// Output:
+	// 5s left: 100ms margin
+	// 150ms left: 15ms margin
+	// 10ms left: 1ms margin
+	// 1.5ms left: 1ms margin
 }
