@@ -4,12 +4,15 @@
 // its stored response is replayed by every instance.
 //
 // Each idempotency key is one Redis string, KeyPrefix followed by the key,
-// holding either a claim (the owner's fencing token and the request's
-// fingerprint) or a completed record (status, headers, body, fingerprint,
-// creation time). Claim, Complete and Release are each one Lua script, so
-// every operation is atomic in Redis, and every expiry (the claim's lock
-// timeout, the record's retention) is a Redis TTL: nothing is cached in the
-// process. See docs/idempotency-redis.md for the key layout, the scripts
+// holding either a claim (the owner's fencing token, the end of its lock and
+// the request's fingerprint) or a completed record (status, headers, body,
+// fingerprint, creation time). Claim, Complete and Release are each one Lua
+// script, so every operation is atomic in Redis, and every expiry is timed
+// by a Redis TTL: a claim's key lives for the result TTL, and its lock ends
+// when the key's PTTL comes down to the lock end written in it — from then
+// on the key reads idempotency.Unknown, never claimed again until Redis
+// drops it; a record lives for its TTL stretched by up to 5%. Nothing is
+// cached in the process. See docs/idempotency-redis.md for the key layout, the scripts
 // and the behaviour when Redis fails.
 //
 // The store never hides a Redis failure: every operation returns the error,
