@@ -398,16 +398,12 @@ func backoffResult(seed uint64, clients []int, runs int, points [][]BackoffPoint
 			strconv.FormatFloat(p.TimeMS/1000, 'f', 2, 64), strconv.FormatFloat(ref.timeMS/1000, 'f', 1, 64), pct(dt),
 		})
 		r.Checks = append(r.Checks,
-			Check{
-				Name:   fmt.Sprintf("%s calls at N=%d within ±10%% of %.0f", p.Algorithm, backoffRefN, ref.calls),
-				OK:     math.Abs(dc) <= backoffRefTol,
-				Detail: fmt.Sprintf("%.0f (%s)", p.Calls, pct(dc)),
-			},
-			Check{
-				Name:   fmt.Sprintf("%s time at N=%d within ±10%% of %.1fs", p.Algorithm, backoffRefN, ref.timeMS/1000),
-				OK:     math.Abs(dt) <= backoffRefTol,
-				Detail: fmt.Sprintf("%.2fs (%s)", p.TimeMS/1000, pct(dt)),
-			})
+			Within(fmt.Sprintf("%s calls at N=%d within ±10%% of %.0f", p.Algorithm, backoffRefN, ref.calls),
+				math.Round(p.Calls*10)/10, ref.calls*(1-backoffRefTol), ref.calls*(1+backoffRefTol), "",
+				pct(dc)+" from the reference"),
+			Within(fmt.Sprintf("%s time at N=%d within ±10%% of %.1fs", p.Algorithm, backoffRefN, ref.timeMS/1000),
+				math.Round(p.TimeMS)/1000, ref.timeMS/1000*(1-backoffRefTol), ref.timeMS/1000*(1+backoffRefTol), "s",
+				pct(dt)+" from the reference"))
 	}
 	r.Tables = append(r.Tables, refT)
 	return r

@@ -41,23 +41,62 @@ var chartDashes = [][]vg.Length{
 	{vg.Points(6), vg.Points(2), vg.Points(2), vg.Points(2)},
 }
 
+// chartGlyphs mark the points: a different shape for each series, hollow
+// and filled in turn, so that a series drawn over another leaves it
+// visible.
+var chartGlyphs = []draw.GlyphDrawer{
+	draw.RingGlyph{}, draw.TriangleGlyph{}, draw.SquareGlyph{}, draw.CrossGlyph{},
+	draw.CircleGlyph{}, draw.PyramidGlyph{}, draw.BoxGlyph{}, draw.PlusGlyph{},
+}
+
 // WriteChartPNG draws c as a line chart — one line per series, with a
 // legend and the axis labels, and a logarithmic Y axis if c.LogY — and
 // writes it to w as a PNG image.
 //
+// Each series has its own colour, dash pattern and marker, and the series
+// drawn first have the widest lines and the largest markers, so that a
+// series that coincides with another (two routes both at 100%) shows as a
+// line inside a line rather than disappearing. The legend sits to the right
+// of the data, never on it.
+//
 // On a log axis, points whose Y is not above zero cannot be drawn and are
 // left out; if no point is left, the axis is linear. Points with a NaN or
 // infinite coordinate are always left out.
-func WriteChartPNG(w io.Writer, c Chart) error {
-	p, err := chartPlot(c)
+func WriteChartPNG(w io.Writer, c Chart) error { return writeChart(w, c, "png") }
+
+// WriteChartSVG draws c as WriteChartPNG does and writes it to w as an SVG
+// image.
+func WriteChartSVG(w io.Writer, c Chart) error { return writeChart(w, c, "svg") }
+
+func writeChart(w io.Writer, c Chart, format string) error {
+	p, leg, err := chartPlot(c)
 	if err != nil {
 		return err
 	}
-	wt, err := p.WriterTo(chartWidth, chartHeight, "png")
+	cv, err := draw.NewFormattedCanvas(chartWidth, chartHeight, format)
 	if err != nil {
 		return fmt.Errorf("lab: chart %q: %w", c.File, err)
 	}
-	if _, err := wt.WriteTo(w); err != nil {
+	dc := draw.New(cv)
+	legendWidth := vg.Length(0)
+	if len(leg.entries) > 0 {
+		for _, e := range leg.entries {
+			legendWidth = max(legendWidth, leg.ThumbnailWidth+leg.TextStyle.Rectangle("  "+e).Max.X)
+		}
+		legendWidth += vg.Points(12)
+	}
+	p.Draw(draw.Crop(dc, 0, -legendWidth, 0, 0))
+	if legendWidth > 0 {
+		// Entries start level with the top of the data area, under the
+		// title.
+		top := vg.Points(8)
+		if c.Title != "" {
+			top += p.Title.TextStyle.Rectangle(c.Title).Max.Y + p.Title.Padding
+		}
+		la := draw.Crop(dc, chartWidth-legendWidth+vg.Points(6), 0, 0, -top)
+		leg.Legend.Draw(la)
+	}
+	if _, err := cv.WriteTo(w); err != nil {
 		return fmt.Errorf("lab: chart %q: %w", c.File, err)
 	}
 	return nil
@@ -72,15 +111,47 @@ func ChartPNG(c Chart) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-func chartPlot(c Chart) (*plot.Plot, error) {
+// chartLegend is a legend drawn beside the plot, with the names of its
+// entries.
+type chartLegend struct {
+	plot.Legend
+	entries []string
+}
+
+// chartStyle is how series i of n is drawn.
+type chartStyle struct {
+	color  color.Color
+	dashes []vg.Length
+	width  vg.Length
+	glyph  draw.GlyphDrawer
+	radius vg.Length
+}
+
+func seriesStyle(i, n int) chartStyle {
+	// From the first series drawn to the last: lines from 4 to 1.5
+	// points wide, markers from 4.5 to 2.5 points in radius.
+	f := 0.0
+	if n > 1 {
+		f = float64(n-1-i) / float64(n-1)
+	}
+	return chartStyle{
+		color:  chartColors[i%len(chartColors)],
+		dashes: chartDashes[i%len(chartDashes)],
+		width:  vg.Points(1.5 + 2.5*f),
+		glyph:  chartGlyphs[i%len(chartGlyphs)],
+		radius: vg.Points(2.5 + 2*f),
+	}
+}
+
+func chartPlot(c Chart) (*plot.Plot, *chartLegend, error) {
 	p := plot.New()
 	p.Title.Text = c.Title
 	p.X.Label.Text = c.XLabel
 	p.Y.Label.Text = c.YLabel
 	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
-	p.Legend.Left = true
-	p.Legend.ThumbnailWidth = vg.Points(24)
+	leg := &chartLegend{Legend: plot.NewLegend()}
+	leg.Top, leg.Left = true, true
+	leg.ThumbnailWidth = vg.Points(28)
 
 	logY := false
 	if c.LogY {
@@ -108,47 +179,57 @@ func chartPlot(c Chart) (*plot.Plot, error) {
 			continue
 		}
 		drawn++
-		line, marks, err := plotter.NewLinePoints(pts)
+		line, err := plotter.NewLine(pts)
 		if err != nil {
-			return nil, fmt.Errorf("lab: chart %q, series %q: %w", c.File, s.Name, err)
+			return nil, nil, fmt.Errorf("lab: chart %q, series %q: %w", c.File, s.Name, err)
 		}
-		col := chartColors[i%len(chartColors)]
-		line.Color = col
-		line.Width = vg.Points(1.5)
-		line.Dashes = chartDashes[(i/len(chartColors))%len(chartDashes)]
-		marks.Color = col
-		marks.Shape = draw.CircleGlyph{}
-		marks.Radius = vg.Points(2)
+		marks, err := plotter.NewScatter(markedPoints(pts, i))
+		if err != nil {
+			return nil, nil, fmt.Errorf("lab: chart %q, series %q: %w", c.File, s.Name, err)
+		}
+		st := seriesStyle(i, len(c.Series))
+		line.Color = st.color
+		line.Width = st.width
+		line.Dashes = st.dashes
+		marks.Color = st.color
+		marks.Shape = st.glyph
+		marks.Radius = st.radius
 		p.Add(line, marks)
-		p.Legend.Add(s.Name, line, marks)
+		leg.Add(s.Name, line, marks)
+		leg.entries = append(leg.entries, s.Name)
 	}
 	if drawn > 0 {
-		chartHeadroom(p, c, drawn, logY)
+		chartRange(p, c, logY)
 	}
-	return p, nil
+	return p, leg, nil
 }
 
-// chartHeadroom starts a linear Y axis at zero when no value is negative,
-// and raises the top of the Y axis so that the legend, in the top left
-// corner, sits above the data rather than on it.
-func chartHeadroom(p *plot.Plot, c Chart, entries int, logY bool) {
+// chartMarks is about how many markers a series gets at most: on a long
+// series, every k-th point is marked, each series from a different phase,
+// so that coinciding series show their markers side by side.
+const chartMarks = 25
+
+func markedPoints(pts plotter.XYs, i int) plotter.XYs {
+	k := (len(pts) + chartMarks - 1) / chartMarks
+	if k <= 1 {
+		return pts
+	}
+	var out plotter.XYs
+	for j := i % k; j < len(pts); j += k {
+		out = append(out, pts[j])
+	}
+	return out
+}
+
+// chartRange bounds the Y axis: from zero on a linear axis when no value
+// is negative, to c.YMax if set (100 for a percentage) or else the data's
+// top.
+func chartRange(p *plot.Plot, c Chart, logY bool) {
 	if !logY && p.Y.Min > 0 {
 		p.Y.Min = 0
 	}
-	// The legend's share of the data area's height: one line of text and
-	// padding per entry, over the chart height less the title and the X
-	// axis (about an inch and a quarter).
-	legend := float64(entries)*float64(p.Legend.TextStyle.FontExtents().Height+p.Legend.Padding) + float64(vg.Points(8))
-	share := min(0.6, legend/float64(chartHeight-vg.Points(90)))
-	if logY {
-		lo, hi := math.Log10(p.Y.Min), math.Log10(p.Y.Max)
-		if hi > lo {
-			p.Y.Max = math.Pow(10, lo+(hi-lo)/(1-share))
-		}
-		return
-	}
-	if p.Y.Max > p.Y.Min {
-		p.Y.Max = p.Y.Min + (p.Y.Max-p.Y.Min)/(1-share)
+	if c.YMax > 0 && c.YMax > p.Y.Min {
+		p.Y.Max = c.YMax
 	}
 }
 

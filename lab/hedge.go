@@ -2,10 +2,15 @@ package lab
 
 // The hedge scenario: "The Tail at Scale" (Dean & Barroso, 2013). A request
 // fans out to many leaves, each served by one of several replicas; a leaf
-// usually answers in a few milliseconds, but 1% of the time it stalls for a
-// second (a garbage collection, a compaction, a noisy neighbour). The
+// usually answers in a few milliseconds, but 0.2% of the time it stalls for
+// a second (a garbage collection, a compaction, a noisy neighbour). The
 // request waits for its slowest leaf, so with ten leaves about one request
-// in ten meets a stall. A hedge sends a second copy of a leaf call to
+// in fifty meets a stall. The stalls of two replicas are independent, so a
+// leaf call whose hedge stalls too happens 0.2%² of the time: with 1% (one
+// in ten thousand leaf calls, one request in a thousand) those double stalls
+// alone would sit at the p99.9, which would then measure the luck of the
+// seed — a third of the seeds put it at the stall — rather than the hedge.
+// A hedge sends a second copy of a leaf call to
 // another replica when the first has not answered within a delay, and takes
 // whichever answers first. Run in real time through the shipped hedge and
 // budget packages:
@@ -47,6 +52,18 @@ func init() {
 	})
 }
 
+// The band of the p95 configuration's extra requests in the quick run,
+// wider than the full run's 5 ± 1%: the quick run's measured part lasts
+// under a second, a few of the tracker's 100 ms refreshes, so that one
+// burst of other work on the machine (every timer late by a few ms) moves
+// the share hedged by a point or two either way. The band still fails a
+// policy that hedges at another percentile: p90 adds about 10%, p99 about
+// 1.5% (TestHedgeP95BandFails).
+const (
+	hgQuickP95Lo = 3
+	hgQuickP95Hi = 7
+)
+
 // hgBudgetBurst is the hedge budget's MaxTokens: stalls come in bursts
 // across the leaves in flight, and a budget that can save up only a few
 // hedges would refuse the ones that matter.
@@ -72,6 +89,9 @@ type hgParams struct {
 	fixed       time.Duration // the fixed hedge delay
 	percentile  float64
 	budgetRatio float64 // the hedge budget's share
+	// p95Lo and p95Hi bound the extra requests (%) of the p95
+	// configuration, the check of the tracked percentile.
+	p95Lo, p95Hi float64
 }
 
 func hgParamsFor(quick bool) hgParams {
@@ -82,15 +102,18 @@ func hgParamsFor(quick bool) hgParams {
 		concurrency: 20,
 		base:        3 * time.Millisecond,
 		mean:        1500 * time.Microsecond,
-		stallRate:   0.01,
+		stallRate:   0.002,
 		stall:       time.Second,
 		slowBase:    20 * time.Millisecond,
 		fixed:       10 * time.Millisecond,
 		percentile:  0.95,
 		budgetRatio: 0.10,
+		p95Lo:       4,
+		p95Hi:       6,
 	}
 	if quick {
 		p.requests = 1200
+		p.p95Lo, p.p95Hi = hgQuickP95Lo, hgQuickP95Hi
 	}
 	return p
 }
@@ -172,7 +195,7 @@ func runHedge(ctx context.Context, opts Options) (*Result, error) {
 			return nil, err
 		}
 		fmt.Fprintf(progress, "hedge: %s: %d requests × %d leaves\n", cfg, p.requests, p.fanout)
-		r, err := hgRunConfig(ctx, cfg, p, opts.Seed)
+		r, err := hgRunConfig(ctx, cfg, p, opts.Seed, progress)
 		if err != nil {
 			return nil, err
 		}
@@ -202,7 +225,10 @@ func hgPolicy(cfg string, p hgParams) (*hedge.Policy, error) {
 	return hedge.New(c)
 }
 
-func hgRunConfig(ctx context.Context, cfg string, p hgParams, seed uint64) (*hgRun, error) {
+// hgProgressEvery is how often a configuration's run says how far it got.
+const hgProgressEvery = time.Second
+
+func hgRunConfig(ctx context.Context, cfg string, p hgParams, seed uint64, progress io.Writer) (*hgRun, error) {
 	pol, err := hgPolicy(cfg, p)
 	if err != nil {
 		return nil, err
@@ -220,14 +246,38 @@ func hgRunConfig(ctx context.Context, cfg string, p hgParams, seed uint64) (*hgR
 		return nil, err
 	}
 	s0 := pol.Snapshot()
-	if err := hgLoad(ctx, p, p.requests, func(i int) error {
+	// A line a second while the requests run: the configurations without
+	// a hedge wait out every stall, for tens of seconds in the full run.
+	var done atomic.Int64
+	start := time.Now()
+	stop := make(chan struct{})
+	var reporter sync.WaitGroup
+	reporter.Add(1)
+	go func() {
+		defer reporter.Done()
+		tick := time.NewTicker(hgProgressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				fmt.Fprintf(progress, "hedge: %s: %d of %d requests done after %.1fs\n", cfg, done.Load(), p.requests, time.Since(start).Seconds())
+			case <-stop:
+				return
+			}
+		}
+	}()
+	err = hgLoad(ctx, p, p.requests, func(i int) error {
 		t0 := time.Now()
 		if err := hgRequest(ctx, pol, p, seed, overload, i, &leafCalls, &noise); err != nil {
 			return err
 		}
 		run.latencies[i] = time.Since(t0)
+		done.Add(1)
 		return nil
-	}); err != nil {
+	})
+	close(stop)
+	reporter.Wait()
+	if err != nil {
 		return nil, err
 	}
 	slices.Sort(run.latencies)
@@ -341,7 +391,7 @@ func hgMs(d time.Duration) float64 { return math.Round(float64(d)/float64(time.M
 func hgResult(p hgParams, runs []*hgRun, took time.Duration) *Result {
 	res := &Result{Scenario: "hedge"}
 	res.Summary = fmt.Sprintf("After %d warm-up requests (not counted), each of %d requests fans out to %d leaves (%d requests in flight); a leaf attempt takes %v + Exp(mean %v), "+
-		"and %.0f%% of attempts stall for %v instead (drawn from the seed, the same for every configuration). A request waits for its "+
+		"and %.1f%% of attempts stall for %v instead (drawn from the seed, the same for every configuration). A request waits for its "+
 		"slowest leaf. A hedge sends the leaf call again, to another replica, when the first attempt has not answered within the delay, "+
 		"and takes the first answer (package hedge, one hedge at most, a hedge budget of %.0f%% of leaf calls). none: no hedging. "+
 		"fixed-10ms: a hedge after %v. p95: a hedge after the tracked p95 of recent latencies (%v until enough are seen). overload: "+
@@ -354,7 +404,9 @@ func hgResult(p hgParams, runs []*hgRun, took time.Duration) *Result {
 		Header: []string{"config", "p50 (ms)", "p99 (ms)", "p99.9 (ms)", "extra requests", "hedges won", "suppressed", "delay at end (ms)", "timer lateness (mean / >2ms)"},
 	}
 	doc := hgJSON{Scenario: "hedge"}
-	chart := Chart{File: "hedge-tail", Title: "Share of requests slower than x", XLabel: "latency (ms); stalled requests take 1,000 ms, beyond the right edge", YLabel: "share slower (log)", LogY: true}
+	chart := Chart{File: "hedge-tail", Title: "Share of requests slower than x",
+		XLabel: fmt.Sprintf("latency (ms); stalled requests take %d ms, beyond the right edge", p.stall.Milliseconds()),
+		YLabel: "share slower (log)", LogY: true, YMax: 1}
 	byCfg := map[string]hgJSONResult{}
 	for _, r := range runs {
 		j := hgJSONResult{
@@ -379,22 +431,19 @@ func hgResult(p hgParams, runs []*hgRun, took time.Duration) *Result {
 	none, fixed, p95, over := byCfg[hgNone], byCfg[hgFixed], byCfg[hgP95], byCfg[hgOverload]
 	// The budget's own burst (MaxTokens) may add a few hedges above the ratio.
 	overCap := 100*p.budgetRatio + 100*hgBudgetBurst/float64(p.requests*p.fanout)
+	cut := math.NaN() // none's p99.9 over fixed's; NaN (a failure) without a hedged p99.9
+	if fixed.P999Ms > 0 {
+		cut = math.Round(none.P999Ms/fixed.P999Ms*100) / 100
+	}
 	res.Checks = []Check{
-		{
-			Name:   "hedging at the tracked p95 adds 5 ± 1% requests",
-			OK:     p95.ExtraRequestsPct >= 4 && p95.ExtraRequestsPct <= 6,
-			Detail: fmt.Sprintf("extra %.2f%% (delay at end %.1f ms)", p95.ExtraRequestsPct, p95.DelayMs),
-		},
-		{
-			Name:   "hedging after 10 ms adds at most 3% requests and cuts p99.9 at least 10×",
-			OK:     fixed.ExtraRequestsPct <= 3 && fixed.P999Ms > 0 && none.P999Ms/fixed.P999Ms >= 10,
-			Detail: fmt.Sprintf("extra %.2f%%; p99.9 %.1f ms → %.1f ms (%.1f×)", fixed.ExtraRequestsPct, none.P999Ms, fixed.P999Ms, none.P999Ms/math.Max(fixed.P999Ms, 1e-9)),
-		},
-		{
-			Name:   "under overload (every replica slow) hedging suppresses itself and the extra requests stay within the budget",
-			OK:     over.HedgesSuppressed > 0 && over.ExtraRequestsPct <= overCap,
-			Detail: fmt.Sprintf("extra %.2f%% (budget %.0f%%, %.2f%% with its burst), %d hedges suppressed", over.ExtraRequestsPct, 100*p.budgetRatio, overCap, over.HedgesSuppressed),
-		},
+		Within(fmt.Sprintf("hedging at the tracked p95 adds %s ± %s%% requests", fmtNum((p.p95Lo+p.p95Hi)/2), fmtNum((p.p95Hi-p.p95Lo)/2)),
+			p95.ExtraRequestsPct, p.p95Lo, p.p95Hi, "%", fmt.Sprintf("delay at end %.1f ms", p95.DelayMs)),
+		AtMost("hedging after 10 ms adds at most 3% requests", fixed.ExtraRequestsPct, 3, "%", ""),
+		AtLeast("hedging after 10 ms cuts the p99.9 at least 10×", cut, 10, "×",
+			fmt.Sprintf("p99.9 %.1f ms → %.1f ms", none.P999Ms, fixed.P999Ms)),
+		AtLeast("under overload (every replica slow) hedging suppresses itself (hedges suppressed)", float64(over.HedgesSuppressed), 1, "", ""),
+		AtMost("under overload the extra requests stay within the budget and its burst", over.ExtraRequestsPct, math.Round(overCap*100)/100, "%",
+			fmt.Sprintf("budget %.0f%%", 100*p.budgetRatio)),
 	}
 	return res
 }

@@ -95,6 +95,9 @@ type Chart struct {
 	XLabel string
 	YLabel string
 	LogY   bool
+	// YMax, if above zero, is the top of the Y axis: the most the quantity
+	// can be (100 for a percentage, 1 for a ratio). Zero: the data's top.
+	YMax   float64
 	Series []Series
 }
 
@@ -104,11 +107,22 @@ type Series struct {
 	X, Y []float64
 }
 
-// Check is one pass/fail comparison.
+// Check is one pass/fail comparison: a measured Value held to a bound (Min,
+// Max) — make it with AtLeast, AtMost or Within, which set OK — or, for a
+// check without numbers, just Name and OK.
 type Check struct {
 	Name   string // what is checked, e.g. "full jitter calls at N=100 within ±10% of 796"
 	OK     bool
-	Detail string // the numbers seen
+	Detail string // the other numbers seen; may be empty
+	// Value is the quantity measured, in Unit ("%", "ms", "×", "/s"; ""
+	// for a count or a ratio).
+	Value float64
+	Unit  string
+	// Min and Max are the inclusive bounds Value is held to; nil: none on
+	// that side.
+	Min, Max *float64
+
+	measured bool // made by AtLeast, AtMost or Within
 }
 
 // Scenario is one lab experiment.

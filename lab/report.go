@@ -2,11 +2,16 @@ package lab
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -36,15 +41,34 @@ func WriteText(w io.Writer, r *Result) error {
 	if len(r.Checks) > 0 {
 		fmt.Fprintln(bw)
 		for _, c := range r.Checks {
-			fmt.Fprintf(bw, "%s  %s", passFail(c.OK), c.Name)
-			if c.Detail != "" {
-				fmt.Fprintf(bw, ": %s", c.Detail)
-			}
-			fmt.Fprintln(bw)
+			fmt.Fprintf(bw, "%s  %s%s\n", passFail(c.OK), c.Name, checkNumbers(c))
 		}
 	}
 	fmt.Fprintln(bw)
 	return bw.Flush()
+}
+
+// checkNumbers is what follows a check's name: ": 5.12% (want 4–6%); the
+// detail", or ": the detail", or nothing.
+func checkNumbers(c Check) string {
+	var parts []string
+	if c.Measured() {
+		parts = append(parts, fmt.Sprintf("%s (want %s)", c.Got(), c.Bound()))
+	}
+	if c.Detail != "" {
+		parts = append(parts, c.Detail)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, "; ")
+}
+
+// TallyLine is the last line `watertight lab` prints: "N of M checks
+// passed".
+func TallyLine(results []*Result) string {
+	passed, total := Tally(results)
+	return fmt.Sprintf("%d of %d checks passed", passed, total)
 }
 
 func passFail(ok bool) string {
@@ -145,20 +169,101 @@ func wrap(text string, width int) []string {
 	return lines
 }
 
-// JSONDocument returns the document `watertight lab --json` prints: the
-// result's JSON for one result, and {"scenarios":[...]} holding each
-// result's JSON, in order, for several (or none).
-func JSONDocument(results []*Result) any {
+// RunInfo is what the JSON document says about the run besides the
+// results: the command line, the seed and the flags.
+type RunInfo struct {
+	// Command is the command line; "" leaves it out.
+	Command string
+	// Seed is Options.Seed.
+	Seed uint64
+	// Flags are the flags' values as the run used them (the CLI passes a
+	// struct with JSON tags); nil leaves them out.
+	Flags any
+}
+
+// JSONDocument returns the document `watertight lab --json` prints. For one
+// result it is the result's JSON object (Result.JSON, in the shape its
+// issue fixes) with "checks" — every check: name, pass, the measured value,
+// its unit and bounds, the bound as text, the detail — and the run's
+// "seed", "flags", "command", "checks_passed" and "checks_total" added;
+// for several (or none), {"command":…, "seed":…, "flags":…,
+// "checks_passed":…, "checks_total":…, "scenarios":[…]}, each scenario's
+// object with its "checks". A Result.JSON that is not an object becomes
+// {"scenario": name, "result": its JSON}.
+func JSONDocument(results []*Result, info RunInfo) (json.RawMessage, error) {
+	passed, total := Tally(results)
+	var run []jsonField
+	if info.Command != "" {
+		run = append(run, jsonField{"command", info.Command})
+	}
+	run = append(run, jsonField{"seed", info.Seed})
+	if info.Flags != nil {
+		run = append(run, jsonField{"flags", info.Flags})
+	}
+	run = append(run, jsonField{"checks_passed", passed}, jsonField{"checks_total", total})
 	if len(results) == 1 {
-		return results[0].JSON
+		return scenarioJSON(results[0], run)
 	}
-	docs := make([]any, 0, len(results))
+	docs := make([]json.RawMessage, 0, len(results))
 	for _, r := range results {
-		docs = append(docs, r.JSON)
+		d, err := scenarioJSON(r, nil)
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, d)
 	}
-	return struct {
-		Scenarios []any `json:"scenarios"`
-	}{docs}
+	return appendFields([]byte("{}"), append(run, jsonField{"scenarios", docs}))
+}
+
+type jsonField struct {
+	key   string
+	value any
+}
+
+// scenarioJSON is r's JSON object with its checks and the fields extra
+// appended.
+func scenarioJSON(r *Result, extra []jsonField) (json.RawMessage, error) {
+	doc, err := json.Marshal(r.JSON)
+	if err != nil {
+		return nil, fmt.Errorf("lab: scenario %s: json: %w", r.Scenario, err)
+	}
+	var fields []jsonField
+	if r.JSON == nil {
+		doc = []byte("{}")
+		fields = []jsonField{{"scenario", r.Scenario}}
+	} else if doc = bytes.TrimSpace(doc); len(doc) == 0 || doc[0] != '{' {
+		fields = []jsonField{{"scenario", r.Scenario}, {"result", json.RawMessage(doc)}}
+		doc = []byte("{}")
+	}
+	checks := make([]checkJSON, 0, len(r.Checks))
+	for _, c := range r.Checks {
+		checks = append(checks, c.json())
+	}
+	fields = append(fields, jsonField{"checks", checks})
+	return appendFields(doc, append(fields, extra...))
+}
+
+// appendFields adds fields at the end of the JSON object obj.
+func appendFields(obj []byte, fields []jsonField) (json.RawMessage, error) {
+	var b bytes.Buffer
+	b.Write(obj[:len(obj)-1])
+	empty := len(bytes.TrimSpace(obj[1:len(obj)-1])) == 0
+	for _, f := range fields {
+		v, err := json.Marshal(f.value)
+		if err != nil {
+			return nil, fmt.Errorf("lab: json: %s: %w", f.key, err)
+		}
+		if !empty {
+			b.WriteByte(',')
+		}
+		empty = false
+		k, _ := json.Marshal(f.key)
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(v)
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // Passed reports whether every check of every result passed.
@@ -175,10 +280,14 @@ func Passed(results []*Result) bool {
 
 // WriteReport writes the report of results into dir, creating it if
 // needed: index.md, with a section per result (its summary, its tables in
-// markdown, its checks and its charts), and one PNG file per chart, named
-// after Chart.File. note, if not empty, is a paragraph under the page's
-// heading (the CLI puts the command line there). Files already in dir are
-// left alone, except those it writes.
+// markdown, its checks and its charts), and each chart twice, as
+// Chart.File + ".png" and + ".svg". note, if not empty, is a paragraph
+// under the page's heading (the CLI puts the command line there).
+//
+// The folder holds one run: the files an earlier report wrote there (those
+// its index.md lists) that this one does not write are removed — a report of
+// one scenario after a report of all of them leaves no stale charts. Any
+// other file in dir is left alone.
 func WriteReport(dir string, results []*Result, note string) error {
 	seen := map[string]string{}
 	for _, r := range results {
@@ -195,8 +304,11 @@ func WriteReport(dir string, results []*Result, note string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("lab: report: %w", err)
 	}
+	old := reportFiles(dir)
+	written := map[string]bool{ReportIndex: true}
+	var files []string
 	var md strings.Builder
-	md.WriteString("# watertight lab report\n\n")
+	md.WriteString(reportHeading + "\n\n")
 	if note != "" {
 		md.WriteString(note + "\n\n")
 	}
@@ -217,33 +329,86 @@ func WriteReport(dir string, results []*Result, note string) error {
 		if len(r.Checks) > 0 {
 			md.WriteString("**Checks**\n\n")
 			for _, c := range r.Checks {
-				fmt.Fprintf(&md, "- **%s** %s", passFail(c.OK), mdEscape(c.Name))
-				if c.Detail != "" {
-					fmt.Fprintf(&md, ": %s", mdEscape(c.Detail))
-				}
-				md.WriteString("\n")
+				fmt.Fprintf(&md, "- **%s** %s%s\n", passFail(c.OK), mdEscape(c.Name), mdEscape(checkNumbers(c)))
 			}
 			md.WriteString("\n")
 		}
 		for _, c := range r.Charts {
-			name := c.File + ".png"
-			if err := writeChartFile(filepath.Join(dir, name), c); err != nil {
+			png, svg := c.File+".png", c.File+".svg"
+			if err := writeChartFile(filepath.Join(dir, png), c, "png"); err != nil {
 				return err
 			}
+			if err := writeChartFile(filepath.Join(dir, svg), c, "svg"); err != nil {
+				return err
+			}
+			written[png], written[svg] = true, true
+			files = append(files, png, svg)
 			alt := c.Title
 			if alt == "" {
 				alt = c.File
 			}
-			fmt.Fprintf(&md, "![%s](%s)\n\n", mdEscape(alt), name)
+			fmt.Fprintf(&md, "![%s](%s) ([SVG](%s))\n\n", mdEscape(alt), png, svg)
 		}
 	}
+	// The list of the files written, for the next report to remove those
+	// it does not write again.
+	fmt.Fprintf(&md, "%s%s -->\n", filesMarker, strings.Join(files, " "))
 	if err := os.WriteFile(filepath.Join(dir, ReportIndex), []byte(md.String()), 0o644); err != nil {
 		return fmt.Errorf("lab: report: %w", err)
+	}
+	for _, name := range old {
+		if written[name] {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("lab: report: removing a chart of the previous report: %w", err)
+		}
 	}
 	return nil
 }
 
-func writeChartFile(path string, c Chart) (err error) {
+const (
+	reportHeading = "# watertight lab report"
+	filesMarker   = "<!-- watertight lab files: "
+)
+
+// reportFiles returns the chart files the report in dir wrote, as its
+// index.md lists them: the files marker, and the images it links (reports
+// written before the marker existed). Only plain names of PNG or SVG files
+// that are regular files count; nothing if dir holds no report.
+func reportFiles(dir string) []string {
+	md, err := os.ReadFile(filepath.Join(dir, ReportIndex))
+	if err != nil || !bytes.HasPrefix(md, []byte(reportHeading+"\n")) {
+		return nil
+	}
+	var names []string
+	for line := range strings.SplitSeq(string(md), "\n") {
+		if rest, ok := strings.CutPrefix(line, filesMarker); ok {
+			names = append(names, strings.Fields(strings.TrimSuffix(rest, "-->"))...)
+			continue
+		}
+		for _, m := range imageLink.FindAllStringSubmatch(line, -1) {
+			names = append(names, m[1])
+		}
+	}
+	var out []string
+	for _, name := range names {
+		ext := filepath.Ext(name)
+		if checkChartFile(name) != nil || (ext != ".png" && ext != ".svg") || slices.Contains(out, name) {
+			continue
+		}
+		if fi, err := os.Lstat(filepath.Join(dir, name)); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// imageLink finds the targets of a report's image and SVG links.
+var imageLink = regexp.MustCompile(`\]\(([^()\s/]+\.(?:png|svg))\)`)
+
+func writeChartFile(path string, c Chart, format string) (err error) {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("lab: report: %w", err)
@@ -254,7 +419,7 @@ func writeChartFile(path string, c Chart) (err error) {
 		}
 	}()
 	bw := bufio.NewWriter(f)
-	if err := WriteChartPNG(bw, c); err != nil {
+	if err := writeChart(bw, c, format); err != nil {
 		return err
 	}
 	if err := bw.Flush(); err != nil {

@@ -3,9 +3,11 @@ package lab
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -65,6 +67,108 @@ func TestWriteReport(t *testing.T) {
 		if !bytes.HasPrefix(b, pngMagic) || len(b) < 2000 {
 			t.Errorf("%s.png: %d bytes, not a PNG image", name, len(b))
 		}
+	}
+}
+
+// TestWriteReportOneRun: a report holds one run. A report of one scenario
+// written over a report of two removes the other scenario's charts (PNG
+// and SVG) — including those of a report written before the index listed
+// its files — and leaves every file the lab did not write alone.
+func TestWriteReportOneRun(t *testing.T) {
+	dir := t.TempDir()
+	other := sampleResult()
+	other.Scenario = "other"
+	other.Charts = []Chart{{File: "other-chart", Series: other.Charts[0].Series}}
+	if err := WriteReport(dir, []*Result{sampleResult(), other}, ""); err != nil {
+		t.Fatal(err)
+	}
+	// A chart of an older report, linked from its index only, and files of
+	// the user's: a PNG the index never named, notes, a folder.
+	md, err := os.ReadFile(filepath.Join(dir, ReportIndex))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md = append(md, "\n![old](older-chart.png)\n"...)
+	for name, content := range map[string]string{ReportIndex: string(md), "older-chart.png": "png", "mine.png": "mine", "notes.txt": "mine"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "keep.png"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sample-lin.svg", "other-chart.png", "other-chart.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatalf("first report: %v", err)
+		}
+	}
+
+	if err := WriteReport(dir, []*Result{sampleResult()}, ""); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{"index.md", "keep.png", "mine.png", "notes.txt", "sample-lin.png", "sample-lin.svg", "sample-log.png", "sample-log.svg"}
+	if !slices.Equal(names, want) {
+		t.Errorf("after a one-scenario report the folder holds\n%v\nwant\n%v", names, want)
+	}
+	md, _ = os.ReadFile(filepath.Join(dir, ReportIndex))
+	if strings.Contains(string(md), "other") {
+		t.Errorf("index.md still names the other scenario:\n%s", md)
+	}
+	if !strings.Contains(string(md), "([SVG](sample-lin.svg))") || !strings.Contains(string(md), filesMarker+"sample-lin.png sample-lin.svg sample-log.png sample-log.svg -->") {
+		t.Errorf("index.md lacks the SVG links or the files marker:\n%s", md)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "sample-lin.svg"))
+	if err != nil || !bytes.Contains(svg, []byte("<svg")) {
+		t.Errorf("sample-lin.svg is not an SVG image (%v)", err)
+	}
+
+	// A folder whose index.md is not a lab report loses nothing.
+	foreign := t.TempDir()
+	os.WriteFile(filepath.Join(foreign, ReportIndex), []byte("# my notes\n![x](x.png)\n"), 0o644)
+	os.WriteFile(filepath.Join(foreign, "x.png"), []byte("x"), 0o644)
+	if err := WriteReport(foreign, []*Result{sampleResult()}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(foreign, "x.png")); err != nil {
+		t.Errorf("a file named by an index.md the lab did not write was removed: %v", err)
+	}
+}
+
+// TestChartStyles: every series of a chart of up to eight differs from the
+// others in colour, dash pattern and marker together, and the series drawn
+// first are drawn widest, so that a later one on top of it leaves it
+// visible.
+func TestChartStyles(t *testing.T) {
+	const n = 8
+	seen := map[string]bool{}
+	var prev chartStyle
+	for i := range n {
+		st := seriesStyle(i, n)
+		key := fmt.Sprint(st.color, st.dashes, fmt.Sprintf("%T", st.glyph))
+		if seen[key] {
+			t.Errorf("series %d looks like an earlier one: %s", i, key)
+		}
+		seen[key] = true
+		if i > 0 && (st.width >= prev.width || st.radius >= prev.radius) {
+			t.Errorf("series %d: width %v, radius %v; want both below series %d's (%v, %v)", i, st.width, st.radius, i-1, prev.width, prev.radius)
+		}
+		prev = st
+	}
+	// A percentage axis stops at 100, however the data lies.
+	p, _, err := chartPlot(Chart{YMax: 100, Series: []Series{{Name: "a", X: []float64{0, 1}, Y: []float64{100, 100}}, {Name: "b", X: []float64{0, 1}, Y: []float64{100, 40}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Y.Min != 0 || p.Y.Max != 100 {
+		t.Errorf("Y axis %v…%v, want 0…100", p.Y.Min, p.Y.Max)
 	}
 }
 
@@ -163,21 +267,54 @@ func TestWrap(t *testing.T) {
 	}
 }
 
+// TestJSONDocument: the document holds the scenario's own fields, then
+// every check with its measured value and bound, and the run's seed and
+// flags; several results go under "scenarios".
 func TestJSONDocument(t *testing.T) {
 	a, b := sampleResult(), sampleResult()
-	one, err := json.Marshal(JSONDocument([]*Result{a}))
+	a.Checks = append(a.Checks, Within("share in band", 5.5, 4, 6, "%", "delay 8 ms"))
+	info := RunInfo{Command: "watertight lab sample", Seed: 7, Flags: map[string]any{"quick": true}}
+	one, err := JSONDocument([]*Result{a}, info)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(one); got != `{"results":[1,2],"scenario":"sample"}` {
-		t.Errorf("one: %s", got)
+	want := `{"results":[1,2],"scenario":"sample","checks":[{"name":"one is one","pass":true,"detail":"1"},{"name":"two is three","pass":false,"detail":"2"},` +
+		`{"name":"share in band","pass":true,"value":5.5,"unit":"%","min":4,"max":6,"bound":"4–6%","detail":"delay 8 ms"}],` +
+		`"command":"watertight lab sample","seed":7,"flags":{"quick":true},"checks_passed":2,"checks_total":3}`
+	if got := string(one); got != want {
+		t.Errorf("one:\n%s\nwant\n%s", got, want)
 	}
-	two, err := json.Marshal(JSONDocument([]*Result{a, b}))
+	two, err := JSONDocument([]*Result{a, b}, RunInfo{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(two); got != `{"scenarios":[{"results":[1,2],"scenario":"sample"},{"results":[1,2],"scenario":"sample"}]}` {
-		t.Errorf("two: %s", got)
+	var doc struct {
+		Seed      uint64 `json:"seed"`
+		Passed    int    `json:"checks_passed"`
+		Total     int    `json:"checks_total"`
+		Scenarios []struct {
+			Scenario string `json:"scenario"`
+			Checks   []struct {
+				Name string `json:"name"`
+				Pass bool   `json:"pass"`
+			} `json:"checks"`
+		} `json:"scenarios"`
+	}
+	if err := json.Unmarshal(two, &doc); err != nil {
+		t.Fatalf("%v: %s", err, two)
+	}
+	if doc.Seed != 1 || doc.Passed != 3 || doc.Total != 5 || len(doc.Scenarios) != 2 || len(doc.Scenarios[0].Checks) != 3 || len(doc.Scenarios[1].Checks) != 2 {
+		t.Errorf("two: %s", two)
+	}
+	// A scenario whose JSON is not an object, or nil.
+	c := &Result{Scenario: "odd", JSON: []int{1}}
+	d := &Result{Scenario: "none"}
+	three, err := JSONDocument([]*Result{c, d}, RunInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(three); got != `{"seed":0,"checks_passed":0,"checks_total":0,"scenarios":[{"scenario":"odd","result":[1],"checks":[]},{"scenario":"none","checks":[]}]}` {
+		t.Errorf("three: %s", got)
 	}
 	if Passed([]*Result{a}) || !Passed(nil) {
 		t.Error("Passed wrong")

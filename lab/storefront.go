@@ -846,6 +846,7 @@ func runStorefront(ctx context.Context, opts Options) (*Result, error) {
 		Title:  fmt.Sprintf("storefront: success rate per route (%s stalls at %.1fs)", sfRoutes[p.slow].name, p.warmup.Seconds()),
 		XLabel: "time since the load began (s)",
 		YLabel: "success rate (%)",
+		YMax:   100,
 	}
 	bins := int((p.warmup + p.stalled + sfBinWidth - 1) / sfBinWidth)
 	for c, run := range runs {
@@ -880,22 +881,26 @@ func runStorefront(ctx context.Context, opts Options) (*Result, error) {
 			continue
 		}
 		ps, pw, us := stall[1][i], warm[1][i], stall[0][i]
+		// A route that got no request has no rate: NaN, which fails.
+		rate := func(s sfStats) float64 {
+			if s.n == 0 {
+				return math.NaN()
+			}
+			return 100 * s.rate()
+		}
+		p99Ratio := math.NaN()
+		if ps.n > 0 && pw.n > 0 {
+			p99Ratio = float64(ps.p99) / float64(max(pw.p99, 1))
+		}
+		// The unprotected bound is strict (success < maxUnprotected): at
+		// most the largest float below it.
 		res.Checks = append(res.Checks,
-			Check{
-				Name:   fmt.Sprintf("protected %s success ≥ %s while %s stalls", rt.name, sfPct(p.minProtected), sfRoutes[p.slow].name),
-				OK:     ps.n > 0 && ps.rate() >= p.minProtected,
-				Detail: fmt.Sprintf("%.2f%% (%d of %d)", 100*ps.rate(), ps.ok, ps.n),
-			},
-			Check{
-				Name:   fmt.Sprintf("protected %s p99 ≤ %.1f× its warm-up p99", rt.name, p.maxP99Ratio),
-				OK:     ps.n > 0 && pw.n > 0 && float64(ps.p99) <= p.maxP99Ratio*float64(pw.p99),
-				Detail: fmt.Sprintf("p99 %s vs warm-up p99 %s (%.2f×; bound %s)", sfFmtMs(ps.p99), sfFmtMs(pw.p99), float64(ps.p99)/float64(max(pw.p99, 1)), sfFmtMs(time.Duration(p.maxP99Ratio*float64(pw.p99)))),
-			},
-			Check{
-				Name:   fmt.Sprintf("unprotected %s collapses (success < %s)", rt.name, sfPct(p.maxUnprotected)),
-				OK:     us.n > 0 && us.rate() < p.maxUnprotected,
-				Detail: fmt.Sprintf("%.2f%% (%d of %d)", 100*us.rate(), us.ok, us.n),
-			},
+			AtLeast(fmt.Sprintf("protected %s success ≥ %s while %s stalls", rt.name, sfPct(p.minProtected), sfRoutes[p.slow].name),
+				rate(ps), 100*p.minProtected, "%", fmt.Sprintf("%d of %d", ps.ok, ps.n)),
+			AtMost(fmt.Sprintf("protected %s p99 ≤ %.1f× its warm-up p99", rt.name, p.maxP99Ratio),
+				p99Ratio, p.maxP99Ratio, "×", fmt.Sprintf("p99 %s vs warm-up p99 %s", sfFmtMs(ps.p99), sfFmtMs(pw.p99))),
+			AtMost(fmt.Sprintf("unprotected %s collapses (success < %s)", rt.name, sfPct(p.maxUnprotected)),
+				rate(us), math.Nextafter(100*p.maxUnprotected, 0), "%", fmt.Sprintf("%d of %d", us.ok, us.n)),
 		)
 	}
 

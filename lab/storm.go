@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -711,43 +712,38 @@ func stormResult(prm stormParams, runs []*stormRun) *Result {
 
 	// Checks.
 	naiveAmp := naive.amplification()
-	res.Checks = append(res.Checks, Check{
-		Name:   "naive: provider calls per user action within 27 ± 0.5 (3 layers × 3 attempts)",
-		OK:     math.Abs(naiveAmp-27) <= 0.5,
-		Detail: fmt.Sprintf("%.3f (%d calls for %d actions)", naiveAmp, naive.outageCalls, len(naive.outageActions)),
-	})
-	res.Checks = append(res.Checks, Check{
-		Name: fmt.Sprintf("budget: provider calls per user action ≤ %.2g over the outage", 1+prm.ratio),
-		// In integers: calls ≤ (1+ratio)·actions, with ratio 0.1 exactly.
-		OK: float64(bud.outageCalls) <= (1+prm.ratio)*float64(len(bud.outageActions))+1e-9,
-		Detail: fmt.Sprintf("%.4f (%d calls for %d actions: %d retries granted, %d refused; the budget's own counts: %d deposits, %d withdrawals, %d refused)",
+	res.Checks = append(res.Checks, Within("naive: provider calls per user action within 27 ± 0.5 (3 layers × 3 attempts)",
+		stormRoundTo(naiveAmp, 4), 26.5, 27.5, "", fmt.Sprintf("%d calls for %d actions", naive.outageCalls, len(naive.outageActions))))
+	// In integers: calls ≤ (1+ratio)·actions, with ratio 0.1 exactly; the
+	// value is the calls beyond that.
+	budExcess := float64(bud.outageCalls) - (1+prm.ratio)*float64(len(bud.outageActions))
+	res.Checks = append(res.Checks, AtMost(fmt.Sprintf("budget: provider calls per user action ≤ %.2g over the outage (calls beyond %.2g per action)", 1+prm.ratio, 1+prm.ratio),
+		math.Round(budExcess*1e6)/1e6, 1e-9, "",
+		fmt.Sprintf("%.4f per action (%d calls for %d actions: %d retries granted, %d refused; the budget's own counts: %d deposits, %d withdrawals, %d refused)",
 			bud.amplification(), bud.outageCalls, len(bud.outageActions), bud.clientRetries, bud.refusals,
-			bud.budgetSnap.Deposits, bud.budgetSnap.Withdrawals, bud.budgetSnap.Refused),
-	})
+			bud.budgetSnap.Deposits, bud.budgetSnap.Withdrawals, bud.budgetSnap.Refused)))
 	maxTrials := brk.halfOpens * prm.halfOpen
-	res.Checks = append(res.Checks, Check{
-		Name: "budget+breaker: once the breaker has opened, the provider gets the half-open trial calls only",
-		OK:   brk.opens > 0 && brk.afterOpen == brk.trials && brk.notTrials == 0 && brk.trials <= maxTrials,
-		Detail: fmt.Sprintf("%d provider calls during the outage after the first opening, %d of them admitted as trials (%d admitted otherwise, %d by a closed breaker); %d half-open periods × at most %d trials = %d; %d calls in all (%.4f per action)",
-			brk.afterOpen, brk.trials, brk.notTrials, brk.closedAfter, brk.halfOpens, prm.halfOpen, maxTrials, brk.outageCalls, brk.amplification()),
-	})
-	res.Checks = append(res.Checks, Check{
-		Name: "budget, budget+breaker: the \"overloaded, don't retry\" signal stopped the layers above (no gateway or orders retry)",
-		OK:   bud.upperRetries == 0 && brk.upperRetries == 0,
-		Detail: fmt.Sprintf("upper-layer retries: budget %d, budget+breaker %d (naive: %d)",
-			bud.upperRetries, brk.upperRetries, naive.upperRetries),
-	})
-	allRecovered := true
+	brkDetail := fmt.Sprintf("%d provider calls during the outage after the first opening, %d of them admitted as trials (%d admitted otherwise, %d by a closed breaker); %d half-open periods × at most %d trials = %d; %d calls in all (%.4f per action)",
+		brk.afterOpen, brk.trials, brk.notTrials, brk.closedAfter, brk.halfOpens, prm.halfOpen, maxTrials, brk.outageCalls, brk.amplification())
+	res.Checks = append(res.Checks,
+		AtLeast("budget+breaker: the breaker opened during the outage (openings)", float64(brk.opens), 1, "", ""),
+		AtMost("budget+breaker: once the breaker has opened, the provider gets the half-open trial calls only (calls that were not trials)",
+			math.Abs(float64(brk.afterOpen-brk.trials))+float64(brk.notTrials), 0, "", brkDetail),
+		AtMost("budget+breaker: trial calls at most the half-open periods × the trials each allows",
+			float64(brk.trials), float64(maxTrials), "", ""))
+	res.Checks = append(res.Checks, AtMost("budget, budget+breaker: the \"overloaded, don't retry\" signal stopped the layers above (gateway and orders retries)",
+		float64(bud.upperRetries+brk.upperRetries), 0, "",
+		fmt.Sprintf("budget %d, budget+breaker %d (naive: %d)", bud.upperRetries, brk.upperRetries, naive.upperRetries)))
+	notRecovered := 0
 	var recs []string
 	for _, r := range runs {
-		allRecovered = allRecovered && r.recovered
+		if !r.recovered {
+			notRecovered++
+		}
 		recs = append(recs, r.name+" "+stormRecoveryText(r))
 	}
-	res.Checks = append(res.Checks, Check{
-		Name:   "every configuration gets back to a 99% success rate after the provider recovers",
-		OK:     allRecovered,
-		Detail: fmt.Sprint(recs),
-	})
+	res.Checks = append(res.Checks, AtMost("every configuration gets back to a 99% success rate after the provider recovers (configurations that did not)",
+		float64(notRecovered), 0, "", strings.Join(recs, ", ")))
 	return res
 }
 
@@ -804,6 +800,7 @@ func stormRecoveryChart(runs []*stormRun) Chart {
 		Title:  "User actions that succeed after the provider recovered (0% throughout the outage)",
 		XLabel: "time since the provider recovered (ms), by arrival",
 		YLabel: "success rate (%, per 5 ms)",
+		YMax:   100,
 	}
 	nb := int(span / bucket)
 	for _, r := range runs {

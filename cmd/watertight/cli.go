@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -36,20 +38,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	switch args[0] {
-	case "-h", "-help", "--help", "help":
-		if len(args) > 1 && args[0] == "help" && args[1] == "lab" {
-			labUsage(stdout)
-			return exitOK
-		}
+	case "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
+	case "help":
+		return runHelp(args[1:], stdout, stderr)
 	case "lab":
 		return runLab(ctx, args[1:], stdout, stderr)
 	case "config":
 		return runConfig(ctx, args[1:], stdout, stderr)
+	case "version":
+		return runVersion(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "watertight: unknown command %q (commands: lab, config; see watertight -h)\n", args[0])
+	fmt.Fprintf(stderr, "watertight: unknown command %q (commands: lab, config, version, help; see watertight -h)\n", args[0])
 	return exitUsage
+}
+
+// runHelp is `watertight help [TOPIC]`.
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stdout)
+		return exitOK
+	}
+	if len(args) > 1 {
+		fmt.Fprintf(stderr, "watertight help: name one topic, not %d (topics: lab, config, version)\n", len(args))
+		return exitUsage
+	}
+	switch args[0] {
+	case "lab":
+		labUsage(stdout)
+	case "config":
+		configUsage(stdout)
+	case "version":
+		fmt.Fprint(stdout, versionUsage)
+	default:
+		fmt.Fprintf(stderr, "watertight help: unknown topic %q (topics: lab, config, version)\n", args[0])
+		return exitUsage
+	}
+	return exitOK
 }
 
 func usage(w io.Writer) {
@@ -59,9 +85,10 @@ Usage:
   watertight <command> [arguments]
 
 Commands:
-  lab    run the lab's scenarios: tables, checks against the literature, a report with charts
-  config validate a configuration file, print what it resolves to (watertight config check FILE)
-  help   print this text (watertight help lab: the lab's flags)
+  lab      run the lab's scenarios: tables, checks against the literature, a report with charts
+  config   validate a configuration file, print what it resolves to (watertight config check FILE)
+  version  print the module's version and the Go version it was built with
+  help     print this text (watertight help lab, help config: their flags)
 
 `)
 	writeScenarios(w)
@@ -80,22 +107,30 @@ func labUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   watertight lab [scenario ...] [flags]
 
-Runs the named scenarios (all of them if none is named), prints each one's
-summary, tables and checks, and writes a report (index.md and PNG charts).
+Runs the named scenarios (all of them if none is named; about 2 minutes, 30
+seconds with --quick), prints each one's summary, tables and checks, then
+"N of M checks passed", and writes a report: index.md and each chart as PNG
+and SVG. The report folder holds one run: the charts an earlier report wrote
+there that this run does not write are removed (nothing else is touched).
 Flags may come before or after the scenario names.
 
 Flags:
-  --seed N          seed of every simulation's random sources (default 1);
-                    the same seed gives the same numbers
-  --json            print one JSON document on stdout and nothing else there
-                    (one scenario: its document; several: {"scenarios":[...]})
-  --out DIR         folder of the report (default lab-report)
+  --seed N          seed of every simulation's random sources, a whole number
+                    from 0 to 18446744073709551615 (default 1); the same seed
+                    gives the same numbers
+  --json            print one JSON document on stdout and nothing else there:
+                    one scenario: its document; several: {"scenarios":[...]};
+                    with every check (name, pass, value, bound), the seed and
+                    the flags
+  --out DIR         folder of the report (default lab-report), created if
+                    missing; checked before anything runs
   --quick           short versions: fewer runs, smaller sweeps, same orderings
   --clients LIST    backoff: client counts to sweep, e.g. 10,50,100
                     (default 10…190 step 10)
   --slow NAME       storefront: the dependency that stalls: recommendation
                     (default), catalog or payment
-  --stall DUR       storefront: the stalled latency, e.g. 3s (default 3s)
+  --stall DUR       storefront: the stalled latency, above zero, e.g. 3s
+                    (default 3s)
   --metrics ADDR    serve /metrics on ADDR (e.g. :9090) while the scenarios
                     run: the storefront's breakers, bulkheads, events and call
                     latencies, through contrib/watertightprom (watertight_…) and
@@ -106,6 +141,48 @@ Exit status: 0 when every check passes, 1 when a check or a scenario failed,
 
 `)
 	writeScenarios(w)
+}
+
+// seedFlag is --seed: a whole number, with an error that says so.
+type seedFlag struct{ v *uint64 }
+
+func (f seedFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return strconv.FormatUint(*f.v, 10)
+}
+
+func (f seedFlag) Set(s string) error {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return errors.New("the seed is a whole number from 0 to 18446744073709551615, e.g. --seed 7")
+	}
+	*f.v = n
+	return nil
+}
+
+// stallFlag is --stall: a duration above zero. Zero is refused rather than
+// read as the default: a stall of nothing would be no scenario.
+type stallFlag struct{ v *time.Duration }
+
+func (f stallFlag) String() string {
+	if f.v == nil {
+		return ""
+	}
+	return f.v.String()
+}
+
+func (f stallFlag) Set(s string) error {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return errors.New("want a duration with its unit, e.g. 3s or 500ms")
+	}
+	if d <= 0 {
+		return errors.New("the stalled latency must be above zero, e.g. 3s (leave the flag out for the default, 3s)")
+	}
+	*f.v = d
+	return nil
 }
 
 // intList is a flag taking comma-separated positive integers; repeating the
@@ -154,14 +231,15 @@ func parseLab(args []string) (labFlags, error) {
 	var f labFlags
 	fs := flag.NewFlagSet("watertight lab", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Uint64Var(&f.opts.Seed, "seed", 1, "")
+	f.opts.Seed = 1
+	fs.Var(seedFlag{&f.opts.Seed}, "seed", "")
 	fs.BoolVar(&f.json, "json", false, "")
 	fs.StringVar(&f.out, "out", "lab-report", "")
 	fs.BoolVar(&f.opts.Quick, "quick", false, "")
 	var clients intList
 	fs.Var(&clients, "clients", "")
 	fs.StringVar(&f.opts.Slow, "slow", "", "")
-	fs.DurationVar(&f.opts.Stall, "stall", 0, "")
+	fs.Var(stallFlag{&f.opts.Stall}, "stall", "")
 	fs.StringVar(&f.metrics, "metrics", "", "")
 
 	rest := args
@@ -187,9 +265,6 @@ func parseLab(args []string) (labFlags, error) {
 	}
 	if f.opts.Slow != "" && !slices.Contains(slowNames, f.opts.Slow) {
 		return f, fmt.Errorf("invalid value %q for flag --slow: want one of %s", f.opts.Slow, strings.Join(slowNames, ", "))
-	}
-	if f.opts.Stall < 0 {
-		return f, fmt.Errorf("invalid value %v for flag --stall: must not be negative", f.opts.Stall)
 	}
 	if f.out == "" {
 		return f, errors.New("invalid value \"\" for flag --out: want a folder")
@@ -219,6 +294,11 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		scenarios = append(scenarios, s)
+	}
+	// Before the scenarios run, not two minutes later.
+	if err := checkOut(f.out); err != nil {
+		fmt.Fprintf(stderr, "watertight lab: %v\n", err)
+		return exitUsage
 	}
 
 	if f.metrics != "" {
@@ -287,32 +367,100 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if f.opts.Quick {
 			quick = ", quick"
 		}
-		note := fmt.Sprintf("Written by `%s` (seed %d%s).", f.cmdline, f.opts.Seed, quick)
-		info := stdout
-		if f.json {
-			info = stderr
-		}
+		passed, total := lab.Tally(results)
+		note := fmt.Sprintf("Written by `%s` (seed %d%s): %d of %d checks passed.", f.cmdline, f.opts.Seed, quick, passed, total)
 		if err := lab.WriteReport(f.out, results, note); err != nil {
 			fmt.Fprintf(stderr, "watertight lab: %v\n", err)
 			code = exitFailed
 		} else {
-			fmt.Fprintf(info, "report: %s\n", filepath.Join(f.out, lab.ReportIndex))
+			fmt.Fprintf(info(f, stdout, stderr), "report: %s\n", filepath.Join(f.out, lab.ReportIndex))
 		}
 	}
 
+	// The last line on the terminal (stderr with --json, whose stdout is
+	// the document alone).
+	fmt.Fprintln(info(f, stdout, stderr), lab.TallyLine(results))
+
 	if f.json {
-		doc, err := json.MarshalIndent(lab.JSONDocument(results), "", "  ")
+		raw, err := lab.JSONDocument(results, lab.RunInfo{Command: f.cmdline, Seed: f.opts.Seed, Flags: f.jsonFlags()})
+		var doc bytes.Buffer
+		if err == nil {
+			err = json.Indent(&doc, raw, "", "  ")
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "watertight lab: json: %v\n", err)
 			return exitFailed
 		}
-		doc = append(doc, '\n')
-		if _, err := stdout.Write(doc); err != nil {
+		doc.WriteByte('\n')
+		if _, err := stdout.Write(doc.Bytes()); err != nil {
 			fmt.Fprintf(stderr, "watertight lab: %v\n", err)
 			return exitFailed
 		}
 	}
 	return code
+}
+
+// info is where the lab's report line and tally go: stdout, or stderr with
+// --json.
+func info(f labFlags, stdout, stderr io.Writer) io.Writer {
+	if f.json {
+		return stderr
+	}
+	return stdout
+}
+
+// labFlagsJSON are the flags in the JSON document, as the run used them.
+type labFlagsJSON struct {
+	Scenarios []string `json:"scenarios"`
+	Seed      uint64   `json:"seed"`
+	Quick     bool     `json:"quick"`
+	Out       string   `json:"out"`
+	Clients   []int    `json:"clients"` // null: the default sweep
+	Slow      string   `json:"slow"`
+	Stall     string   `json:"stall"`
+	Metrics   string   `json:"metrics,omitempty"`
+}
+
+func (f labFlags) jsonFlags() labFlagsJSON {
+	names := f.names
+	if len(names) == 0 {
+		names = scenarioNames()
+	}
+	slow := f.opts.Slow
+	if slow == "" {
+		slow = slowNames[0]
+	}
+	stall := f.opts.Stall
+	if stall == 0 {
+		stall = defaultStall
+	}
+	return labFlagsJSON{Scenarios: names, Seed: f.opts.Seed, Quick: f.opts.Quick, Out: f.out, Clients: f.opts.Clients,
+		Slow: slow, Stall: stall.String(), Metrics: f.metrics}
+}
+
+// defaultStall is the storefront's stalled latency when --stall is not
+// given (lab.Options.Stall zero).
+const defaultStall = 3 * time.Second
+
+// checkOut makes sure the report can be written to dir: that it is a
+// folder, or can be made one, and that a file can be created in it.
+func checkOut(dir string) error {
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return fmt.Errorf("--out %s: is a file, not a folder; name a folder for the report (default lab-report)", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out %s: cannot create the report folder: %v", dir, errors.Unwrap(err))
+	}
+	probe, err := os.CreateTemp(dir, ".watertight-lab-probe-*")
+	if err != nil {
+		return fmt.Errorf("--out %s: cannot write in the report folder: %v", dir, errors.Unwrap(err))
+	}
+	name := probe.Name()
+	probe.Close()
+	if err := os.Remove(name); err != nil {
+		return fmt.Errorf("--out %s: %v", dir, err)
+	}
+	return nil
 }
 
 func scenarioNames() []string {

@@ -16,7 +16,7 @@ import (
 
 func configUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
-  watertight config check [--quiet] FILE ...
+  watertight config check [--quiet] FILE ...   (flags before or after the files)
   watertight config watch FILE
 
 Checks configuration files of named breakers, bulkheads, retry policies,
@@ -65,20 +65,30 @@ func runConfigCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("watertight config check", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	quiet := fs.Bool("quiet", false, "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			configUsage(stdout)
-			return exitOK
+	// Flags before or after the file names, as for watertight lab.
+	var paths []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				configUsage(stdout)
+				return exitOK
+			}
+			fmt.Fprintf(stderr, "watertight config check: %s (see watertight config -h)\n", strings.Replace(err.Error(), " -", " --", 1))
+			return exitUsage
 		}
-		fmt.Fprintf(stderr, "watertight config check: %v (see watertight config -h)\n", err)
-		return exitUsage
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		paths = append(paths, rest[0])
+		rest = rest[1:]
 	}
-	if fs.NArg() == 0 {
+	if len(paths) == 0 {
 		fmt.Fprintln(stderr, "watertight config check: name a file to check (see watertight config -h)")
 		return exitUsage
 	}
 	code := exitOK
-	for i, path := range fs.Args() {
+	for i, path := range paths {
 		f, err := watertightconfig.Load(path)
 		if err != nil {
 			code = exitUsage
@@ -96,6 +106,11 @@ func runConfigCheck(args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stderr, "watertight config check: %s: invalid, %s\n", path, n)
 			continue
+		}
+		if instances(f) == 0 {
+			// Valid, but a service loading it gets nothing: say so, even
+			// with --quiet.
+			fmt.Fprintf(stderr, "watertight config check: %s: defines nothing: no breakers, bulkheads, retries, budgets, timeouts or hedges (a defaults section alone makes no instance; see docs/configuration.md)\n", path)
 		}
 		if *quiet {
 			continue
@@ -161,6 +176,11 @@ func printConfigErrors(w io.Writer, prefix, path string, err error) {
 		fmt.Fprintln(w, e)
 	}
 	fmt.Fprintf(w, "%s: %s: %d error(s)\n", prefix, path, len(es))
+}
+
+// instances is how many named instances f defines.
+func instances(f *watertightconfig.File) int {
+	return len(f.Breakers) + len(f.Bulkheads) + len(f.Retries) + len(f.Budgets) + len(f.Timeouts) + len(f.Hedges)
 }
 
 // describeFile counts a file's instances by kind.

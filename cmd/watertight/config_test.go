@@ -215,3 +215,43 @@ func TestConfigWatchUsage(t *testing.T) {
 		t.Fatalf("invalid file: exit %d, stderr %q", code, errOut.String())
 	}
 }
+
+// TestConfigCheckFlagsAfterFiles: flags may follow the file names, as for
+// watertight lab.
+func TestConfigCheckFlagsAfterFiles(t *testing.T) {
+	p := writeTemp(t, "ok.yaml", "bulkheads:\n  payment:\n    max_concurrent: 20\n")
+	for _, args := range [][]string{
+		{"config", "check", p, "--quiet"},
+		{"config", "check", "--quiet", p},
+		{"config", "check", p, "-quiet", p},
+	} {
+		if code, stdout, stderr := runCLI(t, args...); code != exitOK || stdout != "" || stderr != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	if code, _, stderr := runCLI(t, "config", "check", p, "--loud"); code != exitUsage || !strings.Contains(stderr, "--loud") {
+		t.Errorf("unknown flag after the file: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestConfigCheckDefinesNothing: a valid file that defines no instance
+// says so (on stderr, even with --quiet); one that defines some does not.
+func TestConfigCheckDefinesNothing(t *testing.T) {
+	for _, content := range []string{"", "# nothing yet\n", "defaults:\n  bulkheads:\n    max_wait: 10ms\n"} {
+		p := writeTemp(t, "empty.yaml", content)
+		for _, quiet := range []bool{false, true} {
+			args := []string{"config", "check", p}
+			if quiet {
+				args = append(args, "--quiet")
+			}
+			code, _, stderr := runCLI(t, args...)
+			if code != exitOK || !strings.Contains(stderr, p+": defines nothing: no breakers, bulkheads, retries, budgets, timeouts or hedges") {
+				t.Errorf("%q (%q): exit %d, stderr %q", content, args, code, stderr)
+			}
+		}
+	}
+	p := writeTemp(t, "one.yaml", "timeouts:\n  db:\n    timeout: 1s\n")
+	if code, _, stderr := runCLI(t, "config", "check", p); code != exitOK || stderr != "" {
+		t.Errorf("one instance: exit %d, stderr %q", code, stderr)
+	}
+}
