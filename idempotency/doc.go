@@ -4,7 +4,17 @@
 // and replays it for every later request with the key
 // (draft-ietf-httpapi-idempotency-key-header).
 //
-// This package holds the key and fingerprint rules, the Store interface and
-// the in-memory store; the HTTP middleware lives in watertighthttp and the
+// The guarantee is at most once per key while the key is remembered: once
+// an operation may have run, its key is never handed to another execution
+// before the key's TTL ends. When the outcome could not be recorded (the
+// process died, the store failed while the result was saved, the result
+// was too large to keep), the key reads Unknown and is answered "outcome
+// unknown" instead of being run again; a result a store dropped early reads
+// Forgotten.
+//
+// This package holds the key and fingerprint rules, the Store interface,
+// the in-memory store, the conformance suite (storetest) and the protocol
+// the adapters share (Resolve, Save); the HTTP middleware lives in
+// watertighthttp, the gRPC interceptor in contrib/watertightgrpc and the
 // Redis store in the contrib/redisstore module.
 package idempotency
