@@ -50,7 +50,7 @@ func (s failingStore) Complete(context.Context, string, string, idempotency.Reco
 
 func TestSave(t *testing.T) {
 	ctx := context.Background()
-	small := newMemory(t, idempotency.MemoryConfig{MaxBytes: 400})
+	small := newMemory(t, idempotency.MemoryConfig{MaxBytes: 1000}) // a small result fits, a 1000-byte body does not
 	claim := func(s idempotency.Store, key string) string {
 		c, err := s.Claim(ctx, key, "fp", time.Minute, time.Hour)
 		if err != nil || c.State != idempotency.Claimed {
