@@ -25,8 +25,10 @@ type RegistryConfig struct {
 
 // Registry holds one Bulkhead per key (a tenant, a host, an endpoint),
 // created on first use, so that each key is isolated from the others. It is
-// bounded: when it holds MaxKeys bulkheads, a new key evicts an idle one
-// (nobody holds or waits for a permit), or is refused with ErrTooManyKeys.
+// bounded: when it holds MaxKeys bulkheads, a new key evicts the least
+// recently used idle one (nobody holds or waits for a permit), or is refused
+// with ErrTooManyKeys. A bulkhead with permits held or waiters is never
+// evicted.
 //
 // A Registry is safe for concurrent use; Get on a key already held takes no
 // lock. Build it with NewRegistry: the zero value is not usable.
@@ -60,9 +62,12 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	return &Registry{m: keyed.New(maxKeys, create, (*Bulkhead).idle), name: bc.Name, listener: bc.Listener}, nil
 }
 
-// Get returns key's bulkhead, creating it on first use. When the registry
-// holds MaxKeys bulkheads it evicts an idle one first; when none is idle, it
-// returns ErrTooManyKeys.
+// Get returns key's bulkhead, creating it on first use; looking up a key
+// already held takes no lock and allocates nothing. When the registry holds
+// MaxKeys bulkheads it evicts the least recently used idle one first
+// (recency is approximate: a second-chance sweep over the bulkheads, so a
+// key used about once per MaxKeys new keys keeps its bulkhead); when none is
+// idle, it returns ErrTooManyKeys.
 //
 // An evicted bulkhead keeps working for callers that got it before, but a
 // later Get of its key creates a new one: a caller that keeps a bulkhead

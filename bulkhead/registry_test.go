@@ -175,3 +175,40 @@ func TestRegistryEventsCarryKey(t *testing.T) {
 		`bulkhead_full bulkhead/tenants/acme "no permit free" err=bulkhead: acme: full`,
 		`rejected bulkhead/tenants/globex "" err=bulkhead: too many keys`)
 }
+
+// Issue 23: a full registry evicts the least recently used idle bulkhead,
+// not whichever idle one comes first in its map: a key in steady use keeps
+// its bulkhead (and so its limit's accounting) through a stream of one-off
+// keys, and a key holding permits is never evicted.
+func TestRegistryChurnKeepsKeysInUse(t *testing.T) {
+	for _, hot := range []string{"pay", "db", "a", "tenant-7", "z", "0"} {
+		t.Run(hot, func(t *testing.T) {
+			r := mustRegistry(t, bulkhead.RegistryConfig{Config: bulkhead.Config{MaxConcurrent: 2}, MaxKeys: 8})
+			busy := mustGet(t, r, "busy")
+			if !busy.TryAcquire() {
+				t.Fatal("TryAcquire on a fresh bulkhead")
+			}
+			want := mustGet(t, r, hot)
+			for i := range 1000 {
+				one := mustGet(t, r, fmt.Sprintf("one-off-%d", i))
+				if !one.TryAcquire() {
+					t.Fatal("TryAcquire on a fresh bulkhead")
+				}
+				one.Release()
+				if i%4 != 0 {
+					continue
+				}
+				b := mustGet(t, r, hot)
+				if b != want {
+					t.Fatalf("after %d one-off keys, %q has a new bulkhead: it was evicted while in use", i+1, hot)
+				}
+				b.TryAcquire()
+				b.Release()
+			}
+			if b := mustGet(t, r, "busy"); b != busy || b.Snapshot().Active != 1 {
+				t.Fatal("the bulkhead holding a permit was evicted")
+			}
+			busy.Release()
+		})
+	}
+}
