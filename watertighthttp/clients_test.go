@@ -119,6 +119,96 @@ func TestHandlerClientLimit(t *testing.T) {
 	}
 }
 
+// Issue 23: once MaxClients clients are busy, the clients beyond them share
+// one overflow count limited like one client, instead of going unlimited
+// (a client reached 16 in flight against a limit of 2). Four busy clients
+// hold a table of four; ten more clients, three requests each, together
+// get two requests in: the other 28 get 429, overloaded, with
+// ErrClientOverflow, and the admissions are counted.
+func TestHandlerClientOverflow(t *testing.T) {
+	b := hNewBlocker()
+	var mu sync.Mutex
+	var shed []error
+	var events []watertight.Event
+	srv, h := hNewServer(t, b, HandlerConfig{
+		Client: hClientID, MaxPerClient: 2, MaxClients: 4,
+		OnShed: func(r *http.Request, reason error) {
+			mu.Lock()
+			defer mu.Unlock()
+			shed = append(shed, reason)
+		},
+		Listener: watertight.ListenerFunc(func(e watertight.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			events = append(events, e)
+		}),
+	})
+	release := sync.OnceFunc(func() { close(b.release) })
+	t.Cleanup(release) // before the server's Close, even when the test fails
+	client := hNewClient(t)
+	results := make(chan hResp, 50)
+	for i := range 4 {
+		go func() {
+			results <- hGet(context.Background(), client, srv.URL+"/a?id=busy", map[string]string{hClientHeader: fmt.Sprint("busy-", i)})
+		}()
+		<-b.started
+	}
+
+	const clients, each = 10, 3
+	for i := range clients * each {
+		go func() {
+			results <- hGet(context.Background(), client, srv.URL+"/a?id=new", map[string]string{hClientHeader: fmt.Sprint("new-", i%clients)})
+		}()
+	}
+	started, refused := 0, 0
+	for started+refused < clients*each {
+		select {
+		case <-b.started:
+			started++
+		case r := <-results:
+			if r.err != nil || r.status != http.StatusTooManyRequests || r.header.Get(HeaderOverloaded) != "true" || r.header.Get("Retry-After") != "1" {
+				t.Fatalf("a refused newcomer got %v %d %v %q; want 429, overloaded, Retry-After: 1", r.err, r.status, r.header, r.body)
+			}
+			if strings.Contains(r.body, "new-") {
+				t.Errorf("the answer names the client: %q", r.body)
+			}
+			refused++
+		}
+	}
+	if started != 2 {
+		t.Fatalf("the clients beyond a full table of busy ones had %d requests in flight together, want 2 (MaxPerClient)", started)
+	}
+	if got := h.clients.Overflowed(); got != 2 {
+		t.Errorf("Overflowed = %d, want 2", got)
+	}
+	mu.Lock()
+	if len(shed) != refused || len(events) != refused {
+		t.Errorf("OnShed %d times, %d events; want %d", len(shed), len(events), refused)
+	}
+	for i, e := range events {
+		if !errors.Is(shed[i], ErrClientOverflow) || !watertight.IsSaturation(shed[i]) || errors.Is(shed[i], ErrClientLimit) ||
+			e.Kind != watertight.EventShed || !errors.Is(e.Err, ErrClientOverflow) || e.Key != "GET /a" || strings.Contains(fmt.Sprint(e), "new-") {
+			t.Fatalf("shed %v, event %+v; want ErrClientOverflow, a saturation, for GET /a, not naming the client", shed[i], e)
+		}
+	}
+	mu.Unlock()
+
+	release()
+	for range 4 + 2 {
+		if r := <-results; r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("request: %v %d %q", r.err, r.status, r.body)
+		}
+	}
+	// The table has idle clients again: a newcomer gets a count of its own.
+	if r := hGet(context.Background(), client, srv.URL+"/a?id=later", map[string]string{hClientHeader: "later"}); r.status != http.StatusOK {
+		t.Fatalf("a newcomer once the table is idle: %d %q", r.status, r.body)
+	}
+	<-b.started
+	if got := h.clients.Overflowed(); got != 2 {
+		t.Errorf("Overflowed = %d after the table emptied, want still 2", got)
+	}
+}
+
 // A request waiting in a route's queue counts against its client, and a
 // request the client limit rejects never joins the queue.
 func TestHandlerClientLimitCountsQueued(t *testing.T) {
@@ -198,21 +288,25 @@ func TestHandlerClientConfig(t *testing.T) {
 // TestHandlerClientLimitRace sends many concurrent requests of three
 // clients, four goroutines each: a client never has more than MaxPerClient
 // running, every request gets 200 or 429, and afterwards every count is
-// back to zero. With a table of two clients, the same holds but the limit
-// (a client may go uncounted while the other two are busy).
+// back to zero. With a table of two clients, the third shares the overflow
+// count: a client never has more than twice MaxPerClient running (one
+// moving from the overflow count to one of its own may briefly hold both).
 func TestHandlerClientLimitRace(t *testing.T) {
 	for _, maxClients := range []int{0, 2} {
 		t.Run(fmt.Sprint("maxClients=", maxClients), func(t *testing.T) {
 			const maxPer = 2
 			var mu sync.Mutex
 			running := map[string]int{}
-			var over atomic.Bool
+			var over, overTwice atomic.Bool
 			next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				id := hClientID(r)
 				mu.Lock()
 				running[id]++
 				if running[id] > maxPer {
 					over.Store(true)
+				}
+				if running[id] > 2*maxPer {
+					overTwice.Store(true)
 				}
 				mu.Unlock()
 				for range 10 { // let the others run meanwhile
@@ -245,6 +339,9 @@ func TestHandlerClientLimitRace(t *testing.T) {
 			wg.Wait()
 			if maxClients == 0 && over.Load() {
 				t.Error("a client had more than MaxPerClient requests running")
+			}
+			if overTwice.Load() {
+				t.Error("a client had more than twice MaxPerClient requests running")
 			}
 			if n := bad.Load(); n != 0 {
 				t.Errorf("%d requests failed or got neither 200 nor 429", n)

@@ -55,6 +55,13 @@ var (
 	// had MaxPerClient requests in the Handler, running or queued, and the
 	// request was turned away at once, with 429 Too Many Requests.
 	ErrClientLimit = watertight.NewSaturation("watertighthttp: client at its limit of requests in flight")
+	// ErrClientOverflow: the Handler already counted MaxClients clients,
+	// all with requests in flight, so the request's client shares one
+	// overflow count with every other client that found no room; that
+	// count had MaxPerClient requests in the Handler, and the request was
+	// turned away at once, with 429 Too Many Requests, like a client over
+	// its limit.
+	ErrClientOverflow = watertight.NewSaturation("watertighthttp: too many clients busy, and the clients beyond them at their shared limit of requests in flight")
 )
 
 // HandlerConfig configures Handler. The zero value is valid: the default
@@ -101,16 +108,19 @@ type HandlerConfig struct {
 	// be positive when Client is set, and is ignored when Client is nil.
 	MaxPerClient int
 	// MaxClients bounds the number of clients whose counts are kept. When
-	// the table is full, a new client makes room by dropping an idle one
-	// (nothing in flight); when none is idle, that is when this many
-	// clients all have requests in flight, the new client's request is
-	// let through uncounted (the route limits still apply). Zero means
+	// the table is full, a new client makes room by dropping the least
+	// recently seen idle one (nothing in flight); when none is idle, that
+	// is when this many clients all have requests in flight, the new
+	// client's request is counted in one overflow count shared by every
+	// client that finds no room, limited to MaxPerClient like one client:
+	// beyond it, 429 with reason ErrClientOverflow. Opening more clients
+	// than the table holds never lifts the limit. Zero means
 	// DefaultMaxClients (10000); a negative value means no bound.
 	MaxClients int
 	// OnShed, if not nil, is called for every request the Handler sheds or
 	// rejects without running the next handler, with the reason (an error
-	// matching ErrRouteFull, ErrDisplaced, ErrQueueGaveUp, ErrClientLimit
-	// or deadline.ErrTooShort). It is called in the request's goroutine, after
+	// matching ErrRouteFull, ErrDisplaced, ErrQueueGaveUp, ErrClientLimit,
+	// ErrClientOverflow or deadline.ErrTooShort). It is called in the request's goroutine, after
 	// the response has been written, never under a lock; it must not use
 	// the ResponseWriter.
 	OnShed func(r *http.Request, reason error)
@@ -146,7 +156,8 @@ const eventSource = "http"
 //  3. shed a request whose deadline has passed or leaves less than the
 //     Propagator's MinRemaining: it cannot be served in time;
 //  4. with HandlerConfig.Client set, reject a request whose client already
-//     has MaxPerClient requests in the Handler (running or queued);
+//     has MaxPerClient requests in the Handler (running or queued); the
+//     clients beyond MaxClients busy ones share one such count;
 //  5. admission: at most MaxConcurrent requests per route run at once, and
 //     at most MaxQueue wait; a queued request whose context ends (deadline
 //     passed, client gone) is dropped without running, and one that is let
@@ -165,7 +176,8 @@ const eventSource = "http"
 // also gets 503 and the overloaded signal, without Retry-After: a retry
 // within the same deadline cannot help, and 504 Gateway Timeout would wrongly
 // say an upstream timed out. A request over its client's limit
-// (ErrClientLimit) gets 429 Too Many Requests instead, with the same headers
+// (ErrClientLimit, or ErrClientOverflow for the clients sharing the
+// overflow count) gets 429 Too Many Requests instead, with the same headers
 // and Retry-After: 1: that client sent too many, the server is not
 // necessarily full. Neither its body nor its event names the client.
 //
@@ -357,14 +369,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if h.client != nil {
 		if id := h.client(r); id != "" {
-			c, ok := h.clients.Enter(id)
+			c, overflow, ok := h.clients.Enter(id)
 			if !ok {
-				h.shedClient(w, r)
+				h.shedClient(w, r, overflow)
 				return
 			}
-			if c != nil {
-				defer c.Leave()
-			}
+			defer c.Leave()
 		}
 	}
 
@@ -406,7 +416,13 @@ func (h *handler) shedAdmission(w http.ResponseWriter, r *http.Request, a *admis
 // overloaded signal (this client should not retry at once, nor should the
 // layers above it) and Retry-After, since its own requests finishing is
 // what makes room. Neither the body nor the event names the client.
-func (h *handler) shedClient(w http.ResponseWriter, r *http.Request) {
+// overflow: the client shares the overflow count, which is at the limit.
+func (h *handler) shedClient(w http.ResponseWriter, r *http.Request, overflow bool) {
+	if overflow {
+		h.shedStatus(w, r, http.StatusTooManyRequests, "", ErrClientOverflow,
+			fmt.Sprintf("the server is busy with as many clients as it tracks; the clients beyond them share a limit of %s in flight, reached", plural(h.clients.Max(), "request")), true)
+		return
+	}
 	h.shedStatus(w, r, http.StatusTooManyRequests, "", ErrClientLimit,
 		fmt.Sprintf("this client already has %s in flight, its limit", plural(h.clients.Max(), "request")), true)
 }

@@ -572,28 +572,35 @@ func TestServerClientConfig(t *testing.T) {
 	})
 }
 
-// With the client table full of busy clients, a new client's calls go
-// uncounted.
+// With the client table full of busy clients, a new client's calls share
+// the overflow count, limited like one client: Bob's first call runs, his
+// second and Carol's first are refused (ErrClientOverflow). With room in
+// the table, Bob is refused at his own limit and Carol runs.
 func TestServerMaxClients(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		for _, maxClients := range []int{1, 0} {
 			icpt := serverInterceptor(t, watertightgrpc.ServerConfig{Client: clientID, MaxPerClient: 1, MaxClients: maxClients, MaxConcurrent: -1})
 			b := newBlocker()
 			defer unblock(b.release)
-			done := make(chan error, 3)
-			go func() { done <- newRequest(context.Background(), methodCall, mdClient, "alice").run(icpt, b.handler) }()
-			<-b.entered
-			go func() { done <- newRequest(context.Background(), methodCall, mdClient, "bob").run(icpt, b.handler) }()
-			<-b.entered
-			r := newRequest(context.Background(), methodCall, mdClient, "bob")
+			done := make(chan error, 4)
+			for _, who := range []string{"alice", "bob"} {
+				go func() { done <- newRequest(context.Background(), methodCall, mdClient, who).run(icpt, b.handler) }()
+				<-b.entered
+			}
+			err := newRequest(context.Background(), methodCall, mdClient, "bob").run(icpt, b.handler)
+			want := map[int]error{1: watertightgrpc.ErrClientOverflow, 0: watertightgrpc.ErrClientLimit}[maxClients]
+			if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), want.Error()) {
+				t.Fatalf("MaxClients %d: Bob's second call: %v; want RESOURCE_EXHAUSTED for %v", maxClients, err, want)
+			}
+			r := newRequest(context.Background(), methodCall, mdClient, "carol")
 			go func() { done <- r.run(icpt, b.handler) }()
 			synctest.Wait()
 			entered := len(b.entered) == 1
 			switch {
-			case maxClients == 1 && !entered:
-				t.Fatal("MaxClients 1: Bob's second call did not run; want it uncounted while Alice fills the table")
-			case maxClients == 0 && entered:
-				t.Fatal("MaxClients 0 (10000): Bob's second call ran; want it refused")
+			case maxClients == 1 && entered:
+				t.Fatal("MaxClients 1: Carol's call ran; want it refused, the overflow count at its limit (Bob's call)")
+			case maxClients == 0 && !entered:
+				t.Fatal("MaxClients 0 (10000): Carol's call did not run")
 			}
 			close(b.release)
 			errs := 0
@@ -602,11 +609,87 @@ func TestServerMaxClients(t *testing.T) {
 					errs++
 				}
 			}
-			if want := map[int]int{1: 0, 0: 1}[maxClients]; errs != want {
+			if want := map[int]int{1: 1, 0: 0}[maxClients]; errs != want {
 				t.Fatalf("MaxClients %d: %d calls refused, want %d", maxClients, errs, want)
 			}
 		}
 	})
+}
+
+// Issue 23, on a real server: once MaxClients clients are busy, the clients
+// beyond them share one overflow count limited like one client, instead of
+// going unlimited. Four busy clients hold a table of four; ten more clients,
+// three calls each, together get two calls in; the other 28 get
+// RESOURCE_EXHAUSTED with the negative pushback and ErrClientOverflow, the
+// metrics label client_overflow.
+func TestServerClientOverflow(t *testing.T) {
+	var l events
+	h := newHoldServer()
+	h.entered = make(chan string, 64)
+	e, _ := clientLimitEnv(t, h, watertightgrpc.ServerConfig{MaxPerClient: 2, MaxClients: 4, Listener: &l}, nil)
+	var gates []string
+	defer func() { // the calls still held end even when the test fails
+		for _, in := range gates {
+			h.free(in)
+		}
+	}()
+	results := make(chan callResult, 64)
+	for i := range 4 {
+		in := fmt.Sprint("hold-busy-", i)
+		goCall(e, as(t, fmt.Sprint("busy-", i)), methodCall, in, results)
+		wantEntered(t, h, in)
+		gates = append(gates, in)
+	}
+	const clients, each = 10, 3
+	for i := range clients * each {
+		goCall(e, as(t, fmt.Sprint("new-", i%clients)), methodCall, fmt.Sprint("hold-new-", i), results)
+	}
+	started, refused := 0, 0
+	for started+refused < clients*each {
+		select {
+		case in := <-h.entered:
+			gates = append(gates, in)
+			started++
+		case r := <-results:
+			if status.Code(r.err) != codes.ResourceExhausted || !strings.Contains(status.Convert(r.err).Message(), watertightgrpc.ErrClientOverflow.Error()) {
+				t.Fatalf("a refused newcomer got %v; want RESOURCE_EXHAUSTED for ErrClientOverflow", r.err)
+			}
+			if strings.Contains(r.err.Error(), "new-") {
+				t.Errorf("the answer names the client: %v", r.err)
+			}
+			refused++
+		}
+	}
+	if started != 2 {
+		t.Fatalf("the clients beyond a full table of busy ones had %d calls in flight together, want 2 (MaxPerClient)", started)
+	}
+	shed := l.of(watertight.EventShed)
+	if len(shed) != refused {
+		t.Fatalf("%d shed events, want %d", len(shed), refused)
+	}
+	for _, ev := range shed {
+		if ev.Source != "grpc" || ev.Key != methodCall || !errors.Is(ev.Err, watertightgrpc.ErrClientOverflow) ||
+			errors.Is(ev.Err, watertightgrpc.ErrClientLimit) || !watertight.IsSaturation(ev.Err) || strings.Contains(fmt.Sprintf("%+v", ev), "new-") {
+			t.Fatalf("event %+v; want an EventShed for %s with ErrClientOverflow, a saturation, not naming the client", ev, methodCall)
+		}
+		if got := eventcount.ShedReason(ev); got != "client_overflow" {
+			t.Fatalf("metrics reason label %q, want client_overflow", got)
+		}
+	}
+	// The pushback, on one more refused call.
+	var trailer metadata.MD
+	if _, err := e.call(as(t, "new-x"), methodCall, "x", grpc.Trailer(&trailer)); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("one more newcomer: %v", err)
+	}
+	if pb := trailer.Get(watertightgrpc.MetadataPushback); len(pb) != 1 || pb[0] != "-1" {
+		t.Errorf("trailer %v; want %s: -1", trailer, watertightgrpc.MetadataPushback)
+	}
+	held := gates
+	gates = nil
+	for _, in := range held {
+		h.free(in)
+		wantResult(t, results, in)
+	}
 }
 
 // TestServerClientLimitRace makes many concurrent calls of three clients,

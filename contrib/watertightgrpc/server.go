@@ -64,6 +64,13 @@ var (
 	// too many; the server is not necessarily full) and the negative
 	// pushback.
 	ErrClientLimit = watertight.NewSaturation("watertightgrpc: client at its limit of requests in flight")
+	// ErrClientOverflow: the server already counted MaxClients clients, all
+	// with requests in flight, so the request's client shares one overflow
+	// count with every other client that found no room; that count had
+	// MaxPerClient requests in the server, and the request was turned away
+	// at once, answered like ErrClientLimit (RESOURCE_EXHAUSTED and the
+	// negative pushback).
+	ErrClientOverflow = watertight.NewSaturation("watertightgrpc: too many clients busy, and the clients beyond them at their shared limit of requests in flight")
 )
 
 // The metrics adapters (contrib/watertightprom, contrib/watertightotel) label shed events
@@ -73,6 +80,7 @@ func init() {
 	eventcount.RegisterShedReason(ErrDisplaced, "displaced")
 	eventcount.RegisterShedReason(ErrQueueGaveUp, "queue_gave_up")
 	eventcount.RegisterShedReason(ErrClientLimit, "client_limit")
+	eventcount.RegisterShedReason(ErrClientOverflow, "client_overflow")
 }
 
 // ServerConfig configures UnaryServerInterceptor, StreamServerInterceptor
@@ -135,10 +143,13 @@ type ServerConfig struct {
 	// Client is set, and is ignored when Client is nil.
 	MaxPerClient int
 	// MaxClients bounds the number of clients whose counts are kept. When
-	// the table is full, a new client makes room by dropping an idle one
-	// (nothing in flight); when none is idle, that is when this many
-	// clients all have requests in flight, the new client's request is let
-	// through uncounted (the method limits still apply). Zero means
+	// the table is full, a new client makes room by dropping the least
+	// recently seen idle one (nothing in flight); when none is idle, that
+	// is when this many clients all have requests in flight, the new
+	// client's request is counted in one overflow count shared by every
+	// client that finds no room, limited to MaxPerClient like one client:
+	// beyond it, RESOURCE_EXHAUSTED with reason ErrClientOverflow. Opening
+	// more clients than the table holds never lifts the limit. Zero means
 	// DefaultMaxClients (10000); a negative value means no bound.
 	MaxClients int
 	// RejectCode is the status code of a request turned away by admission:
@@ -149,7 +160,8 @@ type ServerConfig struct {
 	RejectCode codes.Code
 	// Listener receives an EventShed, with Source "grpc", Key the admission
 	// key and Reason and Err saying why (Err matches ErrMethodFull,
-	// ErrQueueGaveUp, ErrDisplaced, ErrClientLimit or deadline.ErrTooShort),
+	// ErrQueueGaveUp, ErrDisplaced, ErrClientLimit, ErrClientOverflow or
+	// deadline.ErrTooShort),
 	// for every request shed or rejected without running the handler. It
 	// is called in the request's goroutine, never under a lock. If nil, no
 	// events.
@@ -175,7 +187,9 @@ type ServerConfig struct {
 //     client sent too many and the server is not necessarily full (as
 //     watertighthttp.Handler's 429). Neither the message nor the event
 //     names the client. The request counts against its client from here
-//     until its handler returns, or until admission refuses it;
+//     until its handler returns, or until admission refuses it; the
+//     clients beyond MaxClients busy ones share one such count
+//     (ErrClientOverflow);
 //  5. admission: at most MaxConcurrent requests per method run at once and
 //     at most MaxQueue wait, up to MaxWait, in watertighthttp.Handler's
 //     queue discipline (below); requests below critical (sheddable,
@@ -256,9 +270,10 @@ type server struct {
 	badCrit    atomic.Bool
 
 	// Per-client limit: nil when ServerConfig.Client is nil.
-	client    func(context.Context, string) string
-	clients   *admission.Clients
-	clientErr error // the event's Err of a request over its client's limit
+	client      func(context.Context, string) string
+	clients     *admission.Clients
+	clientErr   error // the event's Err of a request over its client's limit
+	overflowErr error // the same for the clients sharing the overflow count
 
 	// Admission: nil when disabled. One queue per key, kept while it is
 	// held (see admission.Refs); other for the keys that found the table
@@ -321,6 +336,7 @@ func newServer(cfg ServerConfig) (*server, error) {
 			n = strconv.Itoa(cfg.MaxPerClient) + " requests"
 		}
 		s.clientErr = fmt.Errorf("%w: this client already has %s in the server, running or queued", ErrClientLimit, n)
+		s.overflowErr = fmt.Errorf("%w: the server is busy with as many clients as it tracks; the clients beyond them share a limit of %s in the server, reached", ErrClientOverflow, n)
 	}
 	if cfg.MaxConcurrent < 0 {
 		return s, nil
@@ -460,14 +476,18 @@ func (s *server) guard(ctx context.Context, fullMethod string, trailer func(meta
 	}
 	if s.client != nil {
 		if id := s.client(ctx, fullMethod); id != "" {
-			c, ok := s.clients.Enter(id)
+			c, overflow, ok := s.clients.Enter(id)
 			if !ok {
 				// The client's fault, not the server's: RESOURCE_EXHAUSTED
 				// whatever RejectCode says. Neither the message nor the
 				// event names the client.
-				return ctx, held{}, cancel, s.shed(key, codes.ResourceExhausted, "", s.clientErr, trailer)
+				err := s.clientErr
+				if overflow {
+					err = s.overflowErr
+				}
+				return ctx, held{}, cancel, s.shed(key, codes.ResourceExhausted, "", err, trailer)
 			}
-			h.c = c // nil when the table is full of busy clients: uncounted
+			h.c = c
 		}
 	}
 	if s.methods == nil {

@@ -13,14 +13,21 @@ import (
 // maxClients clients, and refuses a client's request beyond maxPerClient
 // (the adapters' per-client limits). A client's count is one atomic add on
 // arrival and one on departure; a new client takes the table's lock once.
-// An idle client (nothing in flight) is dropped when the table is full and
-// a new one needs room; a client's count is never dropped while it has
-// requests in flight, so a client never has two counts at once. When every
-// client in a full table has requests in flight, a new client's requests
-// go uncounted until one is idle. It is safe for concurrent use.
+// When the table is full and a new client needs room, the least recently
+// seen idle client (nothing in flight) is dropped; a client's count is never
+// dropped while it has requests in flight, so a client never has two counts
+// at once.
+//
+// When every client in a full table has requests in flight, the clients
+// that find no room share one overflow count, limited to maxPerClient as if
+// they were one client: opening more clients than the table holds never
+// lifts the limit, it only makes the newcomers share one client's share.
+// Such requests are counted (Overflowed). It is safe for concurrent use.
 type Clients struct {
-	max int // requests in flight per client
-	m   *keyed.Map[*ClientCount]
+	max        int // requests in flight per client
+	m          *keyed.Map[*ClientCount]
+	overflow   ClientCount   // shared by the clients that found the table full of busy ones
+	overflowed atomic.Uint64 // requests admitted through overflow
 }
 
 // errClientsFull is keyed.Map.Get's answer when every client in the table
@@ -64,16 +71,23 @@ func NewClients(maxPerClient, maxClients int) *Clients {
 // Max returns the limit of requests in flight per client.
 func (t *Clients) Max() int { return t.max }
 
-// Enter counts a request of client id. It reports false, counting nothing,
-// when the client already has Max requests in flight. Otherwise the caller
-// must call Leave on the count returned when the request is done, unless
-// it is nil: the table was full of busy clients, and the request goes
-// uncounted.
-func (t *Clients) Enter(id string) (*ClientCount, bool) {
+// Enter counts a request of client id. It reports ok false, counting
+// nothing, when the client already has Max requests in flight, or when the
+// table is full of busy clients and the overflow count (shared by every
+// client that found no room) has Max in flight. Otherwise the caller must
+// call Leave on the count returned when the request is done. overflow
+// reports that the request went to the overflow count, admitted or not.
+func (t *Clients) Enter(id string) (c *ClientCount, overflow, ok bool) {
 	for {
 		c, err := t.m.Get(id, errClientsFull)
 		if err != nil {
-			return nil, true
+			c = &t.overflow
+			if c.n.Add(1) > int64(t.max) {
+				c.n.Add(-1)
+				return nil, true, false
+			}
+			t.overflowed.Add(1)
+			return c, true, true
 		}
 		n := c.n.Add(1)
 		switch {
@@ -84,17 +98,26 @@ func (t *Clients) Enter(id string) (*ClientCount, bool) {
 			continue
 		case n > int64(t.max):
 			c.n.Add(-1)
-			return nil, false
+			return nil, false, false
 		}
-		return c, true
+		return c, false, true
 	}
 }
+
+// Overflowed returns the number of requests admitted through the overflow
+// count so far: requests of clients that found the table full of busy
+// clients.
+func (t *Clients) Overflowed() uint64 { return t.overflowed.Load() }
+
+// OverflowInFlight returns the requests in flight through the overflow
+// count.
+func (t *Clients) OverflowInFlight() int64 { return t.overflow.n.Load() }
 
 // Leave uncounts a request counted by Enter.
 func (c *ClientCount) Leave() { c.n.Add(-1) }
 
 // Range calls f with each client in the table and its count of requests in
-// flight, until f returns false. A count may be negative for a client
+// flight, until f returns false; the overflow count is not among them. A count may be negative for a client
 // dropped during the walk.
 func (t *Clients) Range(f func(id string, inFlight int64) bool) {
 	t.m.Range(func(id string, c *ClientCount) bool {

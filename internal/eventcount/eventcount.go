@@ -74,7 +74,7 @@ func SkipReason(e watertight.Event) string {
 }
 
 // shedLabels are the values ShedReason gives, but "other".
-var shedLabels = map[string]bool{"route_full": true, "displaced": true, "queue_gave_up": true, "client_limit": true, "deadline": true}
+var shedLabels = map[string]bool{"route_full": true, "displaced": true, "queue_gave_up": true, "client_limit": true, "client_overflow": true, "deadline": true}
 
 // registeredShed is an error registered by RegisterShedReason and its label.
 type registeredShed struct {
@@ -91,7 +91,8 @@ var (
 
 // RegisterShedReason makes ShedReason label a shed event whose Err matches
 // err (errors.Is) with label, one of "route_full", "displaced",
-// "queue_gave_up", "client_limit" and "deadline". It is for the adapters
+// "queue_gave_up", "client_limit", "client_overflow" (the clients beyond a
+// full table of busy ones, at their shared limit) and "deadline". It is for the adapters
 // this package cannot import (contrib/watertightgrpc, which depends on the root
 // module), at their initialisation. It panics on any other label: the set
 // of label values is bounded.
@@ -130,6 +131,8 @@ func ShedReason(e watertight.Event) string {
 		return "queue_gave_up"
 	case errors.Is(e.Err, watertighthttp.ErrClientLimit):
 		return "client_limit"
+	case errors.Is(e.Err, watertighthttp.ErrClientOverflow):
+		return "client_overflow"
 	case errors.Is(e.Err, deadline.ErrTooShort), errors.Is(e.Err, deadline.ErrExpired):
 		return "deadline"
 	}

@@ -25,6 +25,8 @@ func TestKeyOf(t *testing.T) {
 		{watertight.Event{Kind: watertight.EventRetrySkipped, Reason: "something new"}, "other", ""},
 		{watertight.Event{Kind: watertight.EventShed, Err: watertighthttp.ErrRouteFull}, "route_full", ""},
 		{watertight.Event{Kind: watertight.EventShed, Err: fmt.Errorf("x: %w", watertighthttp.ErrClientLimit)}, "client_limit", ""},
+		{watertight.Event{Kind: watertight.EventShed, Err: fmt.Errorf("x: %w", watertighthttp.ErrClientOverflow)}, "client_overflow", ""},
+		{watertight.Event{Kind: watertight.EventShed, Reason: "client_overflow"}, "client_overflow", ""},
 		{watertight.Event{Kind: watertight.EventShed, Reason: "free text"}, "other", ""},
 		{watertight.Event{Kind: watertight.EventRejected, Reason: "unbounded text is not a label"}, "", ""},
 	} {
