@@ -18,7 +18,9 @@
 //
 // Names follow OpenTelemetry's conventions: watertight.<pattern>.<what>
 // ("watertight.circuit.state", "watertight.bulkhead.active"), units in UCUM
-// ("s", "1", "{call}"), no _total suffix, and the instance in the attributes
-// watertight.name and watertight.key. The same information is exported by
-// package watertightprom for Prometheus; docs/observability.md lists both.
+// ("s"; "1" for ratios, which are 0 to 1; "{call}" and such for counts), no
+// _total suffix, and the instance in the attributes watertight.name and
+// watertight.key. The same signals are exported by package watertightprom
+// for Prometheus; the table in docs/observability.md lists both, and the
+// tests check each package against it.
 package watertightotel

@@ -48,7 +48,7 @@ func TestEvents(t *testing.T) {
 		`watertight.events{event="retry_scheduled",source="retry",watertight.name="payments"}`:                3,
 		`watertight.events{event="retry_scheduled",source="http",watertight.name="payments"}`:                 2,
 		`watertight.events{event="shed",source="http",watertight.name="api"}`:                                 4,
-		`watertight.events.overflow{}`: 0,
+		`watertight.events_overflow{}`: 0,
 	})
 	if k := kinds["watertight.shed"]; k.kind != "counter" || k.unit != "{request}" {
 		t.Errorf("watertight.shed is %+v", k)
@@ -64,7 +64,7 @@ func TestEventSeriesBound(t *testing.T) {
 	want(t, got, map[string]float64{
 		`watertight.fallback.used{watertight.key="",watertight.name="h0"}`: 1,
 		`watertight.fallback.used{watertight.key="",watertight.name="h1"}`: 1,
-		`watertight.events.overflow{}`:                                     3,
+		`watertight.events_overflow{}`:                                     3,
 	})
 	absent(t, got, `watertight.fallback.used{watertight.key="",watertight.name="h2"}`)
 }

@@ -57,7 +57,7 @@ func Example() {
 		}
 	}
 	// Unordered output:
-	// watertight.circuit.state [1] state=open
+	// watertight.circuit.state [{state}] state=open
 	// watertight.circuit.opens [{open}] payments=1
 	// watertight.bulkhead.available [{permit}] payments=4
 }

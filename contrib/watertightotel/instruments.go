@@ -10,7 +10,7 @@ import (
 type instruments struct {
 	circuitState, circuitWindowCalls, circuitWindowFailures, circuitWindowSlowCalls, circuitWindowSaturated metric.Int64Observable
 	circuitTrials, circuitRejections, circuitOpens                                                          metric.Int64Observable
-	circuitFailureRate, circuitSlowCallRate                                                                 metric.Float64Observable
+	circuitFailureRatio, circuitSlowCallRatio                                                               metric.Float64Observable
 
 	bulkheadLimit, bulkheadActive, bulkheadQueued, bulkheadAvailable, bulkheadRejections metric.Int64Observable
 	bulkheadAcquisitions, bulkheadCancellations                                          metric.Int64Observable
@@ -19,7 +19,7 @@ type instruments struct {
 	budgetDeposits, budgetWithdrawals, budgetRefusals        metric.Int64Observable
 	budgetBalance                                            metric.Float64Observable
 	throttlerRequests, throttlerAccepts, throttlerRejections metric.Int64Observable
-	throttlerProbability                                     metric.Float64Observable
+	throttlerRejectRatio                                     metric.Float64Observable
 
 	events, eventsOverflow, circuitTransitions   metric.Int64Observable
 	retryScheduled, retryExhausted, retrySkipped metric.Int64Observable
@@ -58,13 +58,13 @@ func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
 		return o
 	}
 
-	in.circuitState = gauge("watertight.circuit.state", "1", "Circuit breaker state: 1 for the current state (attribute state), 0 for the others.")
+	in.circuitState = gauge("watertight.circuit.state", "{state}", "Circuit breaker state: 1 for the current state (attribute state), 0 for the others.")
 	in.circuitWindowCalls = gauge("watertight.circuit.window.calls", "{call}", "Calls recorded in the breaker's current window (closed or metrics-only; 0 otherwise).")
 	in.circuitWindowFailures = gauge("watertight.circuit.window.failures", "{call}", "Failed calls in the breaker's current window.")
 	in.circuitWindowSlowCalls = gauge("watertight.circuit.window.slow_calls", "{call}", "Slow calls in the breaker's current window.")
 	in.circuitWindowSaturated = gauge("watertight.circuit.window.saturated", "{call}", "Saturation rejections counted in the breaker's current window (only with CountSaturation).")
-	in.circuitFailureRate = fgauge("watertight.circuit.failure_rate", "1", "Failure rate of the breaker's current window, as a ratio (0.5 is 50%).")
-	in.circuitSlowCallRate = fgauge("watertight.circuit.slow_call_rate", "1", "Slow-call rate of the breaker's current window, as a ratio (0.5 is 50%).")
+	in.circuitFailureRatio = fgauge("watertight.circuit.failure_ratio", "1", "Failure ratio of the breaker's current window: failures (and saturations with CountSaturation) over calls, 0 to 1 (0.5 is 50%; compare with FailureRateThreshold/100).")
+	in.circuitSlowCallRatio = fgauge("watertight.circuit.slow_call_ratio", "1", "Slow-call ratio of the breaker's current window: slow calls over calls, 0 to 1 (0.5 is 50%; compare with SlowCallRateThreshold/100).")
 	in.circuitTrials = updown("watertight.circuit.trial_calls", "{call}", "Half-open trial calls let through and not yet ended.")
 	in.circuitRejections = counter("watertight.circuit.rejections", "{call}", "Calls the breaker rejected (open, forced open, or half-open with every trial in flight).")
 	in.circuitOpens = counter("watertight.circuit.opens", "{open}", "Times the breaker opened, forced openings included.")
@@ -87,11 +87,11 @@ func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
 	in.budgetBalance = fgauge("watertight.budget.balance", "{token}", "Tokens in the budget's ratio balance (one token is one retry), the per-second floor not included.")
 	in.throttlerRequests = gauge("watertight.throttler.window.requests", "{request}", "Requests counted in the adaptive throttler's window, local rejections included.")
 	in.throttlerAccepts = gauge("watertight.throttler.window.accepts", "{request}", "Requests the backend accepted in the adaptive throttler's window.")
-	in.throttlerProbability = fgauge("watertight.throttler.reject_probability", "1", "Probability with which the throttler would reject the next request locally.")
+	in.throttlerRejectRatio = fgauge("watertight.throttler.reject_ratio", "1", "Probability, 0 to 1, with which the adaptive throttler rejects the next request locally: the share of requests it is rejecting now.")
 	in.throttlerRejections = counter("watertight.throttler.rejections", "{request}", "Requests the throttler rejected locally.")
 
 	in.events = counter("watertight.events", "{event}", "Events received by the listener, by emitting package (source) and kind (event).")
-	in.eventsOverflow = counter("watertight.events.overflow", "{event}", "Events not counted under their attributes because Config.MaxEventSeries attribute sets were already in use.")
+	in.eventsOverflow = counter("watertight.events_overflow", "{event}", "Events not counted under their attributes because Config.MaxEventSeries attribute sets were already in use.")
 	in.circuitTransitions = counter("watertight.circuit.transitions", "{transition}", "Circuit breaker state changes (events).")
 	in.retryScheduled = counter("watertight.retry.scheduled", "{retry}", "Retries scheduled after a failed attempt (events).")
 	in.retryExhausted = counter("watertight.retry.exhausted", "{call}", "Calls whose last allowed attempt failed (events).")
@@ -103,7 +103,7 @@ func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
 	in.hedgeWon = counter("watertight.hedge.won", "{hedge}", "Hedges that answered first.")
 	in.hedgeSuppressed = counter("watertight.hedge.suppressed", "{hedge}", "Hedges due but not sent, by reason: budget, breaker, bulkhead, overload.")
 	in.hedgeDelay = fgauge("watertight.hedge.delay", "s", "Current hedge delay: how long an attempt has to answer before the next one is sent.")
-	in.hedgeOverloaded = gauge("watertight.hedge.overloaded", "1", "1 while the hedge policy is in its overload cool-down (no hedges), 0 otherwise.")
+	in.hedgeOverloaded = gauge("watertight.hedge.overloaded", "{state}", "1 while the hedge policy is in its overload cool-down (no hedges), 0 otherwise.")
 	in.shed = counter("watertight.shed", "{request}", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, client_limit, deadline, other (events).")
 	in.fallbackUsed = counter("watertight.fallback.used", "{call}", "Calls a fallback answered instead of the primary (events).")
 	return all, errors.Join(errs...)

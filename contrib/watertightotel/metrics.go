@@ -72,7 +72,7 @@ type Config struct {
 	// source, name, key and reason or transition) that events are counted
 	// under, so that names or keys taken from requests cannot grow memory
 	// without end. Events beyond it are counted only in
-	// watertight.events.overflow. Zero means DefaultMaxEventSeries;
+	// watertight.events_overflow. Zero means DefaultMaxEventSeries;
 	// negative means no bound.
 	MaxEventSeries int
 }
@@ -310,8 +310,8 @@ func (m *Metrics) observeBreaker(o metric.Observer, name, key string, s circuit.
 	o.ObserveInt64(in.circuitWindowFailures, s.Failures, nk)
 	o.ObserveInt64(in.circuitWindowSlowCalls, s.SlowCalls, nk)
 	o.ObserveInt64(in.circuitWindowSaturated, s.Saturated, nk)
-	o.ObserveFloat64(in.circuitFailureRate, s.FailureRate/100, nk)
-	o.ObserveFloat64(in.circuitSlowCallRate, s.SlowCallRate/100, nk)
+	o.ObserveFloat64(in.circuitFailureRatio, s.FailureRate/100, nk)
+	o.ObserveFloat64(in.circuitSlowCallRatio, s.SlowCallRate/100, nk)
 	o.ObserveInt64(in.circuitTrials, int64(s.TrialsInFlight), nk)
 	o.ObserveInt64(in.circuitRejections, count(s.Rejected), nk)
 	o.ObserveInt64(in.circuitOpens, count(s.Opens), nk)
@@ -363,7 +363,7 @@ func (m *Metrics) observeThrottler(o metric.Observer, name string, s budget.Thro
 	n := metric.WithAttributeSet(attribute.NewSet(AttrName.String(name)))
 	o.ObserveInt64(in.throttlerRequests, s.Requests, n)
 	o.ObserveInt64(in.throttlerAccepts, s.Accepts, n)
-	o.ObserveFloat64(in.throttlerProbability, s.RejectProbability, n)
+	o.ObserveFloat64(in.throttlerRejectRatio, s.RejectProbability, n)
 	o.ObserveInt64(in.throttlerRejections, count(s.Rejected), n)
 }
 

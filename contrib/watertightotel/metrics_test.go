@@ -167,15 +167,15 @@ func TestBreaker(t *testing.T) {
 			`watertight.circuit.state{state="metrics-only",watertight.key="",watertight.name="payments"}`: 0,
 			"watertight.circuit.window.calls" + nk:                                                        4,
 			"watertight.circuit.window.failures" + nk:                                                     1,
-			"watertight.circuit.failure_rate" + nk:                                                        0.25,
+			"watertight.circuit.failure_ratio" + nk:                                                       0.25,
 			"watertight.circuit.opens" + nk:                                                               0,
 		})
 		for name, w := range map[string]instrument{
-			"watertight.circuit.state":        {unit: "1", kind: "gauge"},
-			"watertight.circuit.failure_rate": {unit: "1", kind: "gauge"},
-			"watertight.circuit.window.calls": {unit: "{call}", kind: "gauge"},
-			"watertight.circuit.rejections":   {unit: "{call}", kind: "counter", temporal: metricdata.CumulativeTemporality, monotonic: true},
-			"watertight.circuit.trial_calls":  {unit: "{call}", kind: "updown", temporal: metricdata.CumulativeTemporality},
+			"watertight.circuit.state":         {unit: "{state}", kind: "gauge"},
+			"watertight.circuit.failure_ratio": {unit: "1", kind: "gauge"},
+			"watertight.circuit.window.calls":  {unit: "{call}", kind: "gauge"},
+			"watertight.circuit.rejections":    {unit: "{call}", kind: "counter", temporal: metricdata.CumulativeTemporality, monotonic: true},
+			"watertight.circuit.trial_calls":   {unit: "{call}", kind: "updown", temporal: metricdata.CumulativeTemporality},
 		} {
 			if kinds[name] != w {
 				t.Errorf("%s is %+v, want %+v", name, kinds[name], w)
@@ -291,7 +291,7 @@ func TestBulkheadPoolBudgetThrottler(t *testing.T) {
 			`watertight.budget.balance{watertight.name="payments"}`:                                       0,
 			`watertight.throttler.window.requests{watertight.name="payments"}`:                            1,
 			`watertight.throttler.window.accepts{watertight.name="payments"}`:                             1,
-			`watertight.throttler.reject_probability{watertight.name="payments"}`:                         0,
+			`watertight.throttler.reject_ratio{watertight.name="payments"}`:                               0,
 			`watertight.throttler.rejections{watertight.name="payments"}`:                                 0,
 		})
 		if k := kinds["watertight.bulkhead.active"]; k.kind != "updown" || k.unit != "{call}" {

@@ -299,8 +299,8 @@ func (c *Collector) collectBreaker(ch chan<- prometheus.Metric, name, key string
 	gauge(ch, d.circuitWindowFailures, float64(s.Failures), name, key)
 	gauge(ch, d.circuitWindowSlowCalls, float64(s.SlowCalls), name, key)
 	gauge(ch, d.circuitWindowSaturated, float64(s.Saturated), name, key)
-	gauge(ch, d.circuitFailureRate, s.FailureRate/100, name, key)
-	gauge(ch, d.circuitSlowCallRate, s.SlowCallRate/100, name, key)
+	gauge(ch, d.circuitFailureRatio, s.FailureRate/100, name, key)
+	gauge(ch, d.circuitSlowCallRatio, s.SlowCallRate/100, name, key)
 	gauge(ch, d.circuitTrials, float64(s.TrialsInFlight), name, key)
 	counter(ch, d.circuitRejected, float64(s.Rejected), name, key)
 	counter(ch, d.circuitOpens, float64(s.Opens), name, key)
@@ -344,7 +344,7 @@ func (c *Collector) collectThrottler(ch chan<- prometheus.Metric, name string, s
 	d := &c.d
 	gauge(ch, d.throttlerRequests, float64(s.Requests), name)
 	gauge(ch, d.throttlerAccepts, float64(s.Accepts), name)
-	gauge(ch, d.throttlerProbability, s.RejectProbability, name)
+	gauge(ch, d.throttlerRejectRatio, s.RejectProbability, name)
 	counter(ch, d.throttlerRejected, float64(s.Rejected), name)
 }
 

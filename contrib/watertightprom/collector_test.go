@@ -134,8 +134,8 @@ func TestBreaker(t *testing.T) {
 			`watertight_circuit_state{key="",name="payments",state="metrics-only"}`: 0,
 			`watertight_circuit_window_calls{key="",name="payments"}`:               4,
 			`watertight_circuit_window_failures{key="",name="payments"}`:            1,
-			`watertight_circuit_failure_rate{key="",name="payments"}`:               0.25,
-			`watertight_circuit_slow_call_rate{key="",name="payments"}`:             0,
+			`watertight_circuit_failure_ratio{key="",name="payments"}`:              0.25,
+			`watertight_circuit_slow_call_ratio{key="",name="payments"}`:            0,
 			`watertight_circuit_opens_total{key="",name="payments"}`:                0,
 			`watertight_circuit_rejected_total{key="",name="payments"}`:             0,
 		})
@@ -377,14 +377,14 @@ func TestBudgetAndThrottler(t *testing.T) {
 		got := scrape(t, c)
 		ts := th.Snapshot()
 		want(t, got, map[string]float64{
-			`watertight_budget_deposits_total{name="payments"}`:        4,
-			`watertight_budget_withdrawals_total{name="payments"}`:     2,
-			`watertight_budget_refused_total{name="payments"}`:         1,
-			`watertight_budget_balance{name="payments"}`:               0,
-			`watertight_throttler_window_requests{name="payments"}`:    float64(ts.Requests),
-			`watertight_throttler_window_accepts{name="payments"}`:     float64(ts.Accepts),
-			`watertight_throttler_reject_probability{name="payments"}`: ts.RejectProbability,
-			`watertight_throttler_rejected_total{name="payments"}`:     float64(ts.Rejected),
+			`watertight_budget_deposits_total{name="payments"}`:     4,
+			`watertight_budget_withdrawals_total{name="payments"}`:  2,
+			`watertight_budget_refused_total{name="payments"}`:      1,
+			`watertight_budget_balance{name="payments"}`:            0,
+			`watertight_throttler_window_requests{name="payments"}`: float64(ts.Requests),
+			`watertight_throttler_window_accepts{name="payments"}`:  float64(ts.Accepts),
+			`watertight_throttler_reject_ratio{name="payments"}`:    ts.RejectProbability,
+			`watertight_throttler_rejected_total{name="payments"}`:  float64(ts.Rejected),
 		})
 		if ts.Rejected == 0 || ts.RejectProbability == 0 {
 			t.Errorf("throttler snapshot %+v: the test wants local rejections", ts)

@@ -9,14 +9,14 @@ import (
 // descs are the Collector's metric descriptions, built once.
 type descs struct {
 	circuitState, circuitWindowCalls, circuitWindowFailures, circuitWindowSlowCalls, circuitWindowSaturated *prometheus.Desc
-	circuitFailureRate, circuitSlowCallRate, circuitTrials, circuitRejected, circuitOpens                   *prometheus.Desc
+	circuitFailureRatio, circuitSlowCallRatio, circuitTrials, circuitRejected, circuitOpens                 *prometheus.Desc
 
 	bulkheadMax, bulkheadActive, bulkheadQueued, bulkheadAvailable, bulkheadRejected *prometheus.Desc
 	bulkheadAcquired, bulkheadCanceled                                               *prometheus.Desc
 	poolQueueCapacity, poolDropped, poolCompleted, poolPanicked                      *prometheus.Desc
 
 	budgetDeposits, budgetWithdrawals, budgetRefused, budgetBalance              *prometheus.Desc
-	throttlerRequests, throttlerAccepts, throttlerProbability, throttlerRejected *prometheus.Desc
+	throttlerRequests, throttlerAccepts, throttlerRejectRatio, throttlerRejected *prometheus.Desc
 
 	events, eventsOverflow, circuitTransitions   *prometheus.Desc
 	retryScheduled, retryExhausted, retrySkipped *prometheus.Desc
@@ -47,8 +47,8 @@ func (d *descs) init(constLabels prometheus.Labels) error {
 	d.circuitWindowFailures = nd("watertight_circuit_window_failures", "Failed calls in the breaker's current window.", nk...)
 	d.circuitWindowSlowCalls = nd("watertight_circuit_window_slow_calls", "Slow calls in the breaker's current window.", nk...)
 	d.circuitWindowSaturated = nd("watertight_circuit_window_saturated", "Saturation rejections counted in the breaker's current window (only with CountSaturation).", nk...)
-	d.circuitFailureRate = nd("watertight_circuit_failure_rate", "Failure rate of the breaker's current window, as a ratio (0.5 is 50%).", nk...)
-	d.circuitSlowCallRate = nd("watertight_circuit_slow_call_rate", "Slow-call rate of the breaker's current window, as a ratio (0.5 is 50%).", nk...)
+	d.circuitFailureRatio = nd("watertight_circuit_failure_ratio", "Failure ratio of the breaker's current window: failures (and saturations with CountSaturation) over calls, 0 to 1 (0.5 is 50%; compare with FailureRateThreshold/100).", nk...)
+	d.circuitSlowCallRatio = nd("watertight_circuit_slow_call_ratio", "Slow-call ratio of the breaker's current window: slow calls over calls, 0 to 1 (0.5 is 50%; compare with SlowCallRateThreshold/100).", nk...)
 	d.circuitTrials = nd("watertight_circuit_trial_calls_in_flight", "Half-open trial calls let through and not yet ended.", nk...)
 	d.circuitRejected = nd("watertight_circuit_rejected_total", "Calls the breaker rejected (open, forced open, or half-open with every trial in flight).", nk...)
 	d.circuitOpens = nd("watertight_circuit_opens_total", "Times the breaker opened, forced openings included.", nk...)
@@ -71,7 +71,7 @@ func (d *descs) init(constLabels prometheus.Labels) error {
 	d.budgetBalance = nd("watertight_budget_balance", "Tokens in the budget's ratio balance (one token is one retry), the per-second floor not included.", n...)
 	d.throttlerRequests = nd("watertight_throttler_window_requests", "Requests counted in the adaptive throttler's window, local rejections included.", n...)
 	d.throttlerAccepts = nd("watertight_throttler_window_accepts", "Requests the backend accepted in the adaptive throttler's window.", n...)
-	d.throttlerProbability = nd("watertight_throttler_reject_probability", "Probability with which the throttler would reject the next request locally.", n...)
+	d.throttlerRejectRatio = nd("watertight_throttler_reject_ratio", "Probability, 0 to 1, with which the adaptive throttler rejects the next request locally: the share of requests it is rejecting now.", n...)
 	d.throttlerRejected = nd("watertight_throttler_rejected_total", "Requests the throttler rejected locally.", n...)
 
 	d.hedgeCalls = nd("watertight_hedge_calls_total", "Calls made through the hedge policy, hedged or not.", n...)

@@ -15,10 +15,14 @@
 // Collector.Latency returns a watertight.Policy that observes the duration of
 // the calls through it into a histogram.
 //
-// Every metric is named watertight_<pattern>_<what>, counters end in _total,
-// and the instance is in the labels name (Config.Name, or the name given for
-// a registry) and key (a registry's key; empty for a single instance). The
-// full list, with PromQL alerts, is in docs/observability.md.
+// Every metric is named watertight_<pattern>_<what> after Prometheus's
+// naming practices: base units, counters end in _total, durations in
+// _seconds, and ratios in _ratio with values from 0 to 1. The instance is in
+// the labels name (Config.Name, or the name given for a registry) and key (a
+// registry's key; empty for a single instance). The full list, next to the
+// OpenTelemetry names of package watertightotel and with PromQL alerts, is
+// the table in docs/observability.md, which the tests check the Collector
+// against.
 //
 // Handler serves a Collector on an HTTP endpoint, and Serve starts a server
 // for it, for a command that runs for a while (`watertight lab storefront
