@@ -281,7 +281,9 @@ func (s *MemoryStore) Claim(ctx context.Context, key, fp string, lockTTL, ttl ti
 // when the record alone exceeds MaxBytes, and with ErrFull (wrapped) when it
 // does not fit even after evicting every result; in the last two cases the
 // claim is still held. A record with an empty Fingerprint is stored with the
-// claim's.
+// claim's. The result is kept for ttl stretched by up to 5% at random
+// (backoff.SpreadUp(ttl, 0.05)): never less than ttl, and the results of a
+// burst do not expire together.
 func (s *MemoryStore) Complete(ctx context.Context, key, token string, rec Record, ttl time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -448,7 +450,8 @@ type MemoryStats struct {
 	Entries int
 	// Claims is the number of in-flight claims.
 	Claims int
-	// Bytes is what the entries count toward MemoryConfig.MaxBytes.
+	// Bytes is what the entries and their scopes count toward
+	// MemoryConfig.MaxBytes: about the heap they hold.
 	Bytes int64
 	// Evicted counts the results dropped before their TTL to make room
 	// (each leaves a tombstone, unless MaxTombstones is negative).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -306,4 +307,21 @@ type modelT struct{}
 func (modelT) Fatal(args ...any) { panic(modelFailure(fmt.Sprint(args...))) }
 func (modelT) Fatalf(format string, args ...any) {
 	panic(modelFailure(fmt.Sprintf(format, args...)))
+}
+
+// scopeOf reads ScopedKey's scope back, whatever the key holds (slashes
+// included), and puts every other key in the shared scope "".
+func TestScopeOf(t *testing.T) {
+	a1, a2, b := ScopedKey("tenant-a", "k/1"), ScopedKey("tenant-a", "/"), ScopedKey("tenant-b", "k/1")
+	if scopeOf(a1) == "" || scopeOf(a1) != scopeOf(a2) || scopeOf(a1) == scopeOf(b) || len(scopeOf(a1)) != scopeDigestLen {
+		t.Fatalf("scopeOf: %q, %q, %q", scopeOf(a1), scopeOf(a2), scopeOf(b))
+	}
+	if !strings.HasPrefix(a1, scopeOf(a1)+"/") {
+		t.Fatalf("%q does not start with its scope %q", a1, scopeOf(a1))
+	}
+	for _, k := range []string{"", "k", "a/b", strings.Repeat("x", 43), strings.Repeat("x", 44)} {
+		if got := scopeOf(k); got != "" {
+			t.Fatalf("scopeOf(%q) = %q, want the shared scope", k, got)
+		}
+	}
 }

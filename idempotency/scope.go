@@ -15,6 +15,10 @@ import (
 // never reaches the store — then '/' and the key. The HTTP middleware and
 // the gRPC interceptor both use it, so one key in one scope is one store
 // key over both protocols.
+//
+// The MemoryStore reads the scope back from a store key (the 43 characters
+// before the first '/': base64url has no '/') to evict fairly between
+// scopes; a change of this format must keep the digest first.
 func ScopedKey(scope, key string) string {
 	sum := sha256.Sum256([]byte(scope))
 	var b strings.Builder
