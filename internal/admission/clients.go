@@ -22,7 +22,12 @@ import (
 // that find no room share one overflow count, limited to maxPerClient as if
 // they were one client: opening more clients than the table holds never
 // lifts the limit, it only makes the newcomers share one client's share.
-// Such requests are counted (Overflowed). It is safe for concurrent use.
+// Such requests are counted (Overflowed). A new client looks for room among
+// at most clientSweep clients, under the table's lock, so that a flood of
+// new clients against a full table of busy ones costs each request a bounded
+// sweep; a request that finds none idle there goes to the overflow count,
+// and the next sweep goes on from where it stopped. It is safe for
+// concurrent use.
 type Clients struct {
 	max        int // requests in flight per client
 	m          *keyed.Map[*ClientCount]
@@ -33,6 +38,9 @@ type Clients struct {
 // errClientsFull is keyed.Map.Get's answer when every client in the table
 // has requests in flight.
 var errClientsFull = errors.New("admission: client table full")
+
+// clientSweep is the most clients one new client examines for room.
+const clientSweep = 256
 
 // clientEvicted is the count of a dropped client: so negative that adding
 // any number of arrivals to it leaves it negative.
@@ -64,7 +72,7 @@ func NewClients(maxPerClient, maxClients int) *Clients {
 		max: maxPerClient,
 		m: keyed.New(maxClients,
 			func(string) (*ClientCount, error) { return new(ClientCount), nil },
-			func(c *ClientCount) bool { return c.n.CompareAndSwap(0, clientEvicted) }),
+			func(c *ClientCount) bool { return c.n.CompareAndSwap(0, clientEvicted) }).LimitSweep(clientSweep),
 	}
 }
 

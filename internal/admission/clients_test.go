@@ -217,3 +217,23 @@ func BenchmarkClients(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkClientsOverflow is the cost of a request of a new client against
+// a full table of busy ones: a bounded sweep under the table's lock, then
+// the overflow count.
+func BenchmarkClientsOverflow(b *testing.B) {
+	ct := NewClients(1<<30, 10000)
+	for i := range 10000 {
+		if _, over, ok := ct.Enter(fmt.Sprint("busy-", i)); !ok || over {
+			b.Fatal("a busy client not counted on its own")
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		c, over, ok := ct.Enter("flood")
+		if !ok || !over {
+			b.Fatal("not through the overflow count")
+		}
+		c.Leave()
+	}
+}

@@ -26,7 +26,8 @@ import (
 // flag clear, just behind the hand, so it has a whole turn to be used again:
 // a stream of one-off keys evicts one-off keys, not the keys in steady use.
 // A sweep examines each value at most twice (one turn clears every flag), so
-// a refusal means that no value is evictable, as with an exhaustive scan.
+// a refusal means that no value is evictable, as with an exhaustive scan;
+// LimitSweep bounds that work, for maps whose refusal has a safe fallback.
 //
 // The sweep also dates each value: when the hand finds a flag set, it stamps
 // the value with the time, and a value found with its flag clear has not been
@@ -41,6 +42,7 @@ type Map[V any] struct {
 	n     atomic.Int64
 	gen   atomic.Uint64 // values removed so far; see Generation
 	max   int           // < 0: unbounded
+	sweep int           // most slots a sweep examines; 0: no limit (twice the ring)
 
 	create    func(key string) (V, error)
 	evictable func(v V, idle time.Duration) bool
@@ -73,6 +75,20 @@ func New[V any](max int, create func(key string) (V, error), evictable func(V) b
 // turn of its hand that saw them).
 func NewIdle[V any](max int, create func(key string) (V, error), evictable func(v V, idle time.Duration) bool) *Map[V] {
 	return &Map[V]{max: max, create: create, evictable: evictable, epoch: time.Now()}
+}
+
+// LimitSweep bounds the slots one eviction examines to n (> 0), and returns
+// m; call it before m is used. Without it, a map full of values that may not
+// be evicted examines each twice on every new key, under its lock; with it,
+// a new key may be refused although a value beyond the n examined was
+// evictable (the next sweep goes on from there). It suits a map whose
+// refusal has a safe fallback, where a flood of new keys must not hold the
+// lock for long.
+func (m *Map[V]) LimitSweep(n int) *Map[V] {
+	if n > 0 {
+		m.sweep = n
+	}
+	return m
 }
 
 // Get returns the value for key, creating it if needed. full is returned when
@@ -133,7 +149,11 @@ func (m *Map[V]) evictOne() (int, bool) {
 		return 0, false
 	}
 	now := m.now()
-	for range 2 * len(m.slots) {
+	steps := 2 * len(m.slots)
+	if m.sweep > 0 && m.sweep < steps {
+		steps = m.sweep
+	}
+	for range steps {
 		i := m.hand
 		if m.hand++; m.hand == len(m.slots) {
 			m.hand = 0

@@ -455,3 +455,40 @@ func TestIdle(t *testing.T) {
 		}
 	})
 }
+
+// LimitSweep bounds the values one eviction examines; the next one goes on
+// from where the hand stopped, so an evictable value is found in the end.
+func TestLimitSweep(t *testing.T) {
+	var c counter
+	var examined int
+	var target *value
+	m := keyed.New(16, c.create, func(v *value) bool {
+		examined++
+		return v == target
+	}).LimitSweep(4)
+	vs := make([]*value, 16)
+	for i := range vs {
+		vs[i], _ = m.Get("k"+strconv.Itoa(i), errFull)
+	}
+	target = vs[13]
+	refused := 0
+	for {
+		examined = 0
+		_, err := m.Get("new", errFull)
+		if examined > 4 {
+			t.Fatalf("one eviction examined %d values, limit 4", examined)
+		}
+		if err == nil {
+			break
+		}
+		if refused++; refused > 4 {
+			t.Fatal("the sweep never reached the evictable value")
+		}
+	}
+	if _, ok := m.Lookup("k13"); ok {
+		t.Error("the evictable value is still there")
+	}
+	if refused == 0 {
+		t.Error("the first sweep found a value 13 slots away, limit 4: not limited")
+	}
+}
