@@ -492,3 +492,37 @@ func TestLimitSweep(t *testing.T) {
 		t.Error("the first sweep found a value 13 slots away, limit 4: not limited")
 	}
 }
+
+// A create that fails after an eviction leaves the map consistent: the
+// evicted value is gone, nothing takes its place, and the map fills again.
+func TestCreateErrorAfterEviction(t *testing.T) {
+	errCreate := errors.New("bad key")
+	c := counter{fail: map[string]error{"bad": errCreate}}
+	m := keyed.New(3, c.create, func(*value) bool { return true })
+	for _, k := range []string{"a", "b", "c"} {
+		m.Get(k, errFull)
+	}
+	for range 2 {
+		if _, err := m.Get("bad", errFull); err != errCreate {
+			t.Fatalf("Get(bad) = %v, want the create error", err)
+		}
+	}
+	// The first failure evicted one value; the second found room.
+	if n, keys := m.Len(), keysOf(m); n != 2 || len(keys) != 2 {
+		t.Fatalf("Len %d, keys %v; want two values left", n, keys)
+	}
+	for _, k := range []string{"x", "y", "z", "w"} {
+		if _, err := m.Get(k, errFull); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, keys := m.Len(), keysOf(m); n != 3 || len(keys) != 3 {
+		t.Fatalf("Len %d, keys %v; want 3", n, keys)
+	}
+	for _, k := range keysOf(m) {
+		m.Delete(k)
+	}
+	if n := m.Len(); n != 0 {
+		t.Fatalf("Len %d after deleting every key", n)
+	}
+}
