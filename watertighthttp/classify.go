@@ -1,6 +1,7 @@
 package watertighthttp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -120,6 +121,19 @@ func (e *StatusError) discard() {
 	}
 	e.discarded = true
 	drain(e.Response)
+}
+
+// buffer reads the response's body (up to maxDrain bytes) into memory and
+// closes it, so that the connection goes back to the pool while the
+// response, handed to the caller inside an error, keeps a readable body.
+func (e *StatusError) buffer() {
+	if e == nil || e.discarded || e.Response.Body == nil {
+		return
+	}
+	e.discarded = true
+	b, _ := io.ReadAll(io.LimitReader(e.Response.Body, maxDrain))
+	e.Response.Body.Close()
+	e.Response.Body = io.NopCloser(bytes.NewReader(b))
 }
 
 func drain(resp *http.Response) {

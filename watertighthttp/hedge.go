@@ -96,6 +96,11 @@ func NewHedgingTransport(cfg HedgeConfig) (*HedgingTransport, error) {
 	return t, nil
 }
 
+// CloseIdleConnections closes the idle connections of the base transport, if
+// it has the method (an *http.Transport, a Transport), so that
+// http.Client.CloseIdleConnections reaches through the HedgingTransport.
+func (t *HedgingTransport) CloseIdleConnections() { closeIdle(t.base) }
+
 // hedgeable reports whether req may be sent twice.
 func hedgeable(req *http.Request) bool {
 	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {

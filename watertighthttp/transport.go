@@ -5,9 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/bulkhead"
@@ -30,13 +35,38 @@ var ErrBodyNotReplayable = errors.New("watertighthttp: not retried: the request 
 // (three attempts, full-jitter backoff, no budget) and the deadline
 // package's defaults.
 type TransportConfig struct {
-	// Base is the transport that sends each attempt. If nil,
-	// http.DefaultTransport.
+	// Base is the transport that sends each attempt. If nil, a clone of
+	// http.DefaultTransport whose dialer gives up after ConnectTimeout,
+	// shared by every Transport with the same ConnectTimeout (so that they
+	// share one connection pool, as they would share http.DefaultTransport's).
 	Base http.RoundTripper
+	// ConnectTimeout bounds the dial of a new connection (name resolution
+	// and TCP connect, not TLS), apart from the request's own deadline: a
+	// host that does not answer its SYNs fails the attempt quickly, as a
+	// transient, host-level failure, instead of holding it for
+	// http.DefaultTransport's 30 s. It applies only when Base is nil. Zero
+	// means DefaultConnectTimeout (500 ms, for a data centre: raise it for
+	// hosts across a WAN); negative means http.DefaultTransport itself, with
+	// its own dial timeout. A positive value with Base set is an error: set
+	// the dialer of your own transport.
+	ConnectTimeout time.Duration
 	// Key returns the key under which a request finds its breaker and its
-	// bulkhead in the registries: a host, a route. If nil, req.URL.Host.
-	// Keys should come from a bounded set.
+	// bulkhead in the registries: a host, a route. Keys should come from a
+	// bounded set. If nil, the request's endpoint: its host and the first
+	// one or two segments of its path up to the first that looks like an ID
+	// ("api.internal:8080/users" for /users/123/orders), at most
+	// MaxEndpoints per host (the rest share the key host + "/*"); and, with
+	// Breakers set, the host (req.URL.Host) has a breaker of its own in
+	// front of its endpoints' that counts only failures to connect (dial
+	// errors, connect timeouts), so that a host that cannot be reached trips
+	// at once for all its endpoints, while an endpoint that stalls or fails
+	// trips alone. See docs/http.md, "Keys".
 	Key func(*http.Request) string
+	// MaxEndpoints bounds the endpoint keys of one host when Key is nil.
+	// Zero means DefaultMaxEndpoints (16); negative means one key per host,
+	// req.URL.Host, with no host breaker of its own: every endpoint of a
+	// host shares one breaker and one bulkhead.
+	MaxEndpoints int
 	// Breakers gives each key its circuit breaker. If nil, no breaker. With
 	// the breaker's default Classify (watertight.Classify), an HTTP answer
 	// counts as ClassifyStatus says: a 4xx other than 429 is ignored, a 5xx
@@ -55,7 +85,26 @@ type TransportConfig struct {
 	// 429, 502, 503, 504 and transport errors (see StatusError and
 	// ClassifyStatus); a custom Retryable sees *StatusError errors for HTTP
 	// answers. MaxAttempts 1 disables retries.
+	//
+	// A server's Retry-After up to Retry.MaxRetryAfter (5 s by default) is
+	// waited before the next attempt (capped by Retry.MaxDelay); a longer
+	// one is not waited: RoundTrip returns at once a *retry.RetryAfterError
+	// (Wait is the server's wait) that wraps the *StatusError whose Response
+	// holds the answer, its body read into memory (up to 64 KiB).
 	Retry retry.Config
+	// AttemptTimeout bounds each attempt (Envoy's per_try_timeout), from
+	// sending the request to the end of the response's body, inside the
+	// time left before the request context's deadline (never beyond it:
+	// when less is left, the caller's deadline governs). An attempt that
+	// times out fails with an error matching ErrAttemptTimeout (and
+	// context.DeadlineExceeded; its context's cause is ErrAttemptTimeout), so
+	// that the caller can tell it from its own deadline: it counts as a
+	// failure on the breaker and is retried as a transient failure
+	// (idempotent requests only). Each attempt sends the deadline header for
+	// its own timeout. Zero means none: an attempt may take all the time
+	// the request has, as with Envoy's per_try_timeout unset (a default
+	// would cut long downloads and streams short). Negative is an error.
+	AttemptTimeout time.Duration
 	// Deadline sends the time left before the request context's deadline,
 	// minus a margin, on every attempt. If nil,
 	// deadline.New(deadline.DefaultConfig()).
@@ -98,6 +147,9 @@ type TransportConfig struct {
 //     does not carry the signal already): this layer retried, the layers
 //     above should not. A response that carried the overloaded signal
 //     (IsOverloadedResponse) is returned as it is, not retried, header kept.
+//   - when the server asked for a wait longer than Retry.MaxRetryAfter, a
+//     *retry.RetryAfterError that wraps the *StatusError and its response
+//     (see TransportConfig.Retry);
 //   - otherwise an error: a rejection (open breaker, full bulkhead, no time
 //     left: watertight.IsRejection), a *retry.ExhaustedError
 //     (watertight.IsOverloaded holds), a *retry.SkippedError, or the
@@ -125,6 +177,9 @@ type Transport struct {
 	dlHeader  string // dl's header, in canonical form
 	timeouts  timeoutCache
 
+	endpoints *endpointTable // the default Key's; nil with Config.Key or MaxEndpoints < 0
+	attemptTO time.Duration  // Config.AttemptTimeout; 0: none
+
 	idem, once, single *retry.Policy
 	retryable          func(error) bool
 	retries            bool // MaxAttempts != 1
@@ -145,15 +200,68 @@ const maxCached = 4096
 // that is not idempotent, and sent once for an idempotent request whose
 // body cannot be replayed.
 type pipes struct {
-	key                string // "" for the shared pipelines
+	key                string           // "" for the shared pipelines
+	host               *circuit.Breaker // the host's, with the default Key; or nil
 	breaker            *circuit.Breaker
 	bulk               *bulkhead.Bulkhead
 	idem, once, single *watertight.Pipeline
 }
 
+// ErrAttemptTimeout is matched (errors.Is) by the error of an attempt that
+// ran out of TransportConfig.AttemptTimeout, and is the cause
+// (context.Cause) of its context.
+var ErrAttemptTimeout = errors.New("watertighthttp: attempt timed out (TransportConfig.AttemptTimeout)")
+
+// DefaultMaxEndpoints is the default of TransportConfig.MaxEndpoints.
+const DefaultMaxEndpoints = 16
+
+// DefaultConnectTimeout is the dial timeout of the Transport's default base
+// (TransportConfig.ConnectTimeout): a few round trips inside a data centre,
+// far below the 30 s of http.DefaultTransport.
+const DefaultConnectTimeout = 500 * time.Millisecond
+
+// defaultBases are the clones of http.DefaultTransport made for
+// TransportConfig.ConnectTimeout, one per timeout, shared by the Transports
+// that ask for it so that they share a connection pool.
+var defaultBases struct {
+	mu sync.Mutex
+	m  map[time.Duration]http.RoundTripper
+}
+
+// defaultBase returns the base for a nil TransportConfig.Base: a clone of
+// http.DefaultTransport whose dialer times out after connect (if it is an
+// *http.Transport; else http.DefaultTransport itself).
+func defaultBase(connect time.Duration) http.RoundTripper {
+	dt, ok := http.DefaultTransport.(*http.Transport)
+	if !ok || connect < 0 {
+		return http.DefaultTransport
+	}
+	defaultBases.mu.Lock()
+	defer defaultBases.mu.Unlock()
+	if rt, ok := defaultBases.m[connect]; ok {
+		return rt
+	}
+	if len(defaultBases.m) >= 16 { // a program that makes up timeouts: stop sharing
+		clear(defaultBases.m)
+	}
+	c := dt.Clone()
+	c.DialContext = (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext
+	if defaultBases.m == nil {
+		defaultBases.m = make(map[time.Duration]http.RoundTripper)
+	}
+	defaultBases.m[connect] = c
+	return c
+}
+
 // NewTransport returns a Transport for cfg, or an error naming the invalid
 // field.
 func NewTransport(cfg TransportConfig) (*Transport, error) {
+	if cfg.AttemptTimeout < 0 {
+		return nil, fmt.Errorf("watertighthttp: TransportConfig.AttemptTimeout must be >= 0 (0 means none), got %v", cfg.AttemptTimeout)
+	}
+	if cfg.ConnectTimeout > 0 && cfg.Base != nil {
+		return nil, fmt.Errorf("watertighthttp: TransportConfig.ConnectTimeout (%v) applies only when Base is nil: set the dial timeout of your own transport, or leave ConnectTimeout zero", cfg.ConnectTimeout)
+	}
 	t := &Transport{
 		base:      cfg.Base,
 		key:       cfg.Key,
@@ -165,12 +273,21 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		listener:  watertight.Listeners(cfg.Listener, cfg.Retry.Listener),
 		name:      cfg.Name,
 		retryable: cfg.Retry.Retryable,
+		attemptTO: cfg.AttemptTimeout,
 	}
 	if t.base == nil {
-		t.base = http.DefaultTransport
+		ct := cfg.ConnectTimeout
+		if ct == 0 {
+			ct = DefaultConnectTimeout
+		}
+		t.base = defaultBase(ct)
 	}
-	if t.key == nil {
-		t.key = func(r *http.Request) string { return r.URL.Host }
+	if t.key == nil && cfg.MaxEndpoints >= 0 {
+		n := cfg.MaxEndpoints
+		if n == 0 {
+			n = DefaultMaxEndpoints
+		}
+		t.endpoints = newEndpointTable(n)
 	}
 	if t.retryable == nil {
 		t.retryable = retry.IsTransient
@@ -192,9 +309,22 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		return nil, fmt.Errorf("watertighthttp: TransportConfig.Retry: %w", err)
 	}
 	if t.breakers == nil && t.bulkheads == nil && t.listener == nil {
-		t.shared = t.build("", nil, nil)
+		t.shared = t.build("", nil, nil, nil)
 	}
 	return t, nil
+}
+
+// CloseIdleConnections closes the idle connections of the base transport, if
+// it has the method (as *http.Transport does), so that
+// http.Client.CloseIdleConnections reaches through the Transport. With the
+// default base, which Transports with the same ConnectTimeout share, it
+// closes their idle connections too, as http.DefaultTransport's would.
+func (t *Transport) CloseIdleConnections() { closeIdle(t.base) }
+
+func closeIdle(rt http.RoundTripper) {
+	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 // retryPolicies builds the three retry policies of a Transport from rc: for
@@ -242,8 +372,8 @@ func (t *Transport) event(ev retry.Event) {
 	}
 }
 
-func (t *Transport) build(key string, b *circuit.Breaker, h *bulkhead.Bulkhead) *pipes {
-	p := &pipes{key: key, breaker: b, bulk: h}
+func (t *Transport) build(key string, host, b *circuit.Breaker, h *bulkhead.Bulkhead) *pipes {
+	p := &pipes{key: key, host: host, breaker: b, bulk: h}
 	idem, once, single := t.idem, t.once, t.single
 	if t.listener != nil {
 		// Policies of the key's own, whose events carry the key. The
@@ -256,6 +386,9 @@ func (t *Transport) build(key string, b *circuit.Breaker, h *bulkhead.Bulkhead) 
 	}
 	mk := func(r *retry.Policy) *watertight.Pipeline {
 		pols := []watertight.Policy{r}
+		if host != nil {
+			pols = append(pols, hostBreaker{host})
+		}
 		if b != nil {
 			pols = append(pols, b)
 		}
@@ -278,16 +411,21 @@ func (t *Transport) pipes(req *http.Request) (*pipes, error) {
 	if t.shared != nil {
 		return t.shared, nil
 	}
-	key := t.key(req)
+	key, hostKey := t.keyOf(req)
 	gen := t.generation() // before the registries' Gets: see Generation
 	kept, g, ok := t.cache.Get(key)
 	if ok && g == gen {
 		return kept, nil
 	}
-	var b *circuit.Breaker
+	var host, b *circuit.Breaker
 	var h *bulkhead.Bulkhead
 	var err error
 	if t.breakers != nil {
+		if hostKey != "" {
+			if host, err = t.breakers.Get(hostKey); err != nil {
+				return nil, err
+			}
+		}
 		if b, err = t.breakers.Get(key); err != nil {
 			return nil, err
 		}
@@ -298,11 +436,27 @@ func (t *Transport) pipes(req *http.Request) (*pipes, error) {
 		}
 	}
 	p := kept
-	if !ok || p.breaker != b || p.bulk != h {
-		p = t.build(key, b, h)
+	if !ok || p.host != host || p.breaker != b || p.bulk != h {
+		p = t.build(key, host, b, h)
 	}
 	t.cache.Put(key, gen, p)
 	return p, nil
+}
+
+// keyOf returns req's key (Config.Key, or its endpoint's) and, with the
+// default Key and breakers, the key of its host's breaker ("" for none).
+func (t *Transport) keyOf(req *http.Request) (key, host string) {
+	switch {
+	case t.key != nil:
+		return t.key(req), ""
+	case t.endpoints == nil:
+		return req.URL.Host, ""
+	}
+	key = t.endpoints.key(req.URL.Host, req.URL.Path)
+	if t.breakers != nil {
+		host = req.URL.Host
+	}
+	return key, host
 }
 
 // generation is the sum of the registries' generations: it moves when
@@ -380,6 +534,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			})
 		}
 		err = skipped
+	}
+	var rae *retry.RetryAfterError
+	if errors.As(err, &rae) {
+		// The server asked for a wait beyond Retry.MaxRetryAfter: the
+		// caller decides, with the answer in hand (its body buffered, so
+		// that the connection goes back to the pool whatever it does).
+		if se := statusOf(err); se != nil && se == a.last {
+			se.buffer()
+		}
+		return nil, err
 	}
 	var se *StatusError
 	if errors.As(err, &se) && se == a.last {
@@ -611,17 +775,28 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 		}
 		body = b
 	}
-	ms, ok, err := a.t.dl.OutgoingMillis(ctx)
+	// The attempt timeout, fitted inside the time left: when less is left,
+	// the caller's deadline governs and no context is made.
+	actx, cancel := ctx, context.CancelFunc(nil)
+	if d := a.t.attemptTO; d > 0 {
+		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d {
+			actx, cancel = context.WithTimeoutCause(ctx, d, ErrAttemptTimeout)
+		}
+	}
+	ms, ok, err := a.t.dl.OutgoingMillis(actx)
 	if err != nil {
 		if body != nil {
 			body.Close()
+		}
+		if cancel != nil {
+			cancel()
 		}
 		return nil, err
 	}
 	if ok {
 		extra++
 	}
-	r := copyRequest(ctx, a.req, extra)
+	r := copyRequest(actx, a.req, extra)
 	if body != nil {
 		r.Body = body
 	}
@@ -640,6 +815,17 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 		a.bodySent = true
 	}
 	resp, err := a.t.base.RoundTrip(r)
+	if cancel != nil {
+		if err != nil {
+			timedOut := ctx.Err() == nil && context.Cause(actx) == ErrAttemptTimeout
+			cancel()
+			if timedOut {
+				return nil, &attemptTimeoutError{d: a.t.attemptTO, err: err}
+			}
+		} else {
+			releaseWith(resp, cancel)
+		}
+	}
 	if err != nil {
 		return nil, transportError(ctx, err)
 	}
@@ -648,4 +834,219 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// attemptTimeoutError is the error of an attempt that ran out of
+// TransportConfig.AttemptTimeout: it matches ErrAttemptTimeout,
+// context.DeadlineExceeded and the inner transport's error, and is
+// transient, like any timeout.
+type attemptTimeoutError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *attemptTimeoutError) Error() string {
+	s := "watertighthttp: attempt timed out after " + e.d.String() + " (TransportConfig.AttemptTimeout)"
+	if e.err.Error() != ErrAttemptTimeout.Error() {
+		s += ": " + e.err.Error()
+	}
+	return s
+}
+
+func (e *attemptTimeoutError) Unwrap() []error {
+	return []error{ErrAttemptTimeout, context.DeadlineExceeded, e.err}
+}
+func (e *attemptTimeoutError) Timeout() bool   { return true }
+func (e *attemptTimeoutError) Transient() bool { return true }
+
+// releaseWith has resp's body call release when it is closed or read to its
+// end, so that the attempt's context lives as long as its body. A body that
+// is the connection (a 101 Switching Protocols) is left as it is; its
+// context ends with its timeout.
+func releaseWith(resp *http.Response, release context.CancelFunc) {
+	switch resp.Body.(type) {
+	case nil:
+		release()
+	case io.Writer:
+	default:
+		resp.Body = &releaseBody{ReadCloser: resp.Body, release: release}
+	}
+}
+
+// hostBreaker is a host's breaker in the pipelines of its endpoints (the
+// default Key): it counts an attempt's success, and a failure only when it is
+// a failure to connect (connectFailure), which says the host cannot be
+// reached whatever the endpoint. Any other failure (a status, a timeout, a
+// reset) is Ignored here: the endpoint's own breaker counts it.
+type hostBreaker struct{ b *circuit.Breaker }
+
+func (h hostBreaker) Enter(ctx context.Context) (context.Context, watertight.Ticket, error) {
+	return h.b.Enter(ctx)
+}
+
+func (h hostBreaker) Exit(ctx context.Context, t watertight.Ticket, err error) error {
+	if err != nil && !connectFailure(err) {
+		h.b.Exit(ctx, t, watertight.Mark(err, watertight.Ignored))
+		return err
+	}
+	return h.b.Exit(ctx, t, err)
+}
+
+// connectFailure reports whether err is a failure to open a connection:
+// refused, unreachable, a connect timeout, a name that does not resolve.
+// Nothing of the request reached the host, so it is the host's failure,
+// not an endpoint's. (A reset after the request was written is not: a
+// handler that crashes resets its own requests only.)
+func connectFailure(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// maxHosts bounds the hosts an endpointTable keeps; beyond it, the table
+// starts again empty (the keys it hands out again are equal strings, so the
+// registries find the same breakers).
+const maxHosts = 1024
+
+// endpointTable gives requests their endpoint keys (the default Key): per
+// host, a map from a path prefix (endpointPrefix) to the key host+prefix,
+// at most max of them, the rest sharing host+"/*". Both levels are
+// immutable maps behind atomic pointers, replaced under mu when a key is
+// added: a request whose endpoint is known costs two map lookups with
+// substrings of its URL, no allocation and no lock.
+type endpointTable struct {
+	max   int
+	mu    sync.Mutex
+	hosts atomic.Pointer[map[string]*hostEndpoints]
+}
+
+// hostEndpoints are the endpoint keys of one host.
+type hostEndpoints struct {
+	other string // host + "/*": the key of the endpoints beyond max
+	eps   atomic.Pointer[map[string]string]
+}
+
+func newEndpointTable(max int) *endpointTable {
+	e := &endpointTable{max: max}
+	e.hosts.Store(&map[string]*hostEndpoints{})
+	return e
+}
+
+// key returns the endpoint key of a request to host with path.
+func (e *endpointTable) key(host, path string) string {
+	prefix := endpointPrefix(path)
+	he := (*e.hosts.Load())[host]
+	if he != nil {
+		m := *he.eps.Load()
+		if k, ok := m[prefix]; ok {
+			return k
+		}
+		if len(m) >= e.max {
+			return he.other
+		}
+	}
+	return e.add(host, prefix)
+}
+
+// add records host's endpoint prefix, if there is room, and returns its key.
+func (e *endpointTable) add(host, prefix string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	hosts := *e.hosts.Load()
+	he := hosts[host]
+	if he == nil {
+		he = &hostEndpoints{other: host + "/*"}
+		he.eps.Store(&map[string]string{})
+		next := make(map[string]*hostEndpoints, len(hosts)+1)
+		if len(hosts) < maxHosts {
+			maps.Copy(next, hosts)
+		}
+		next[host] = he
+		e.hosts.Store(&next)
+	}
+	m := *he.eps.Load()
+	if k, ok := m[prefix]; ok {
+		return k
+	}
+	if len(m) >= e.max {
+		return he.other
+	}
+	next := make(map[string]string, len(m)+1)
+	maps.Copy(next, m)
+	k := host + prefix
+	next[prefix] = k
+	he.eps.Store(&next)
+	return k
+}
+
+// endpointSegments is how many leading path segments make an endpoint.
+const endpointSegments = 2
+
+// endpointPrefix returns the endpoint part of a URL path, a prefix of it:
+// its first endpointSegments segments, up to (not including) the first
+// that is empty or looks like an identifier (idSegment), or "/" if there is
+// none. "/users/123/orders" gives "/users", "/api/v1/search" "/api/v1",
+// "/healthy" "/healthy", "/8f14e45f-ceea-467f-a0e6-1c5d7e3b9b8a" "/".
+func endpointPrefix(p string) string {
+	if len(p) < 2 || p[0] != '/' {
+		return "/"
+	}
+	end, i := 0, 1
+	for range endpointSegments {
+		seg := p[i:]
+		j := strings.IndexByte(seg, '/')
+		if j >= 0 {
+			seg = seg[:j]
+		}
+		if seg == "" || idSegment(seg) {
+			break
+		}
+		end = i + len(seg)
+		if j < 0 {
+			break
+		}
+		i += j + 1
+	}
+	if end == 0 {
+		return "/"
+	}
+	return p[:end]
+}
+
+// maxWordSegment is the longest path segment taken as a word, not an ID.
+const maxWordSegment = 32
+
+// idSegment reports whether a path segment looks like an identifier rather
+// than a word naming a resource: longer than maxWordSegment, or holding a
+// digit (numbers, UUIDs, hashes, dates) other than a version such as "v1",
+// or any byte outside letters, digits, '-', '_' and '.' (an e-mail, a
+// base64 token, an encoded name).
+func idSegment(s string) bool {
+	if len(s) > maxWordSegment {
+		return true
+	}
+	digits := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits = true
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c == '-', c == '_', c == '.':
+		default:
+			return true
+		}
+	}
+	return digits && !versionSegment(s)
+}
+
+// versionSegment reports whether s is an API version: "v" or "V" and one to
+// three digits.
+func versionSegment(s string) bool {
+	if len(s) < 2 || len(s) > 4 || (s[0] != 'v' && s[0] != 'V') {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

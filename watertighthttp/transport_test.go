@@ -373,11 +373,14 @@ func TestNotFoundReturnedNotRetriedNotCounted(t *testing.T) {
 		t.Fatalf("server saw %d requests, want 3 (no retry)", n)
 	}
 	snaps := breakers.Snapshots()
-	if len(snaps) != 1 || snaps[0].Name != srv.Listener.Addr().String() {
-		t.Fatalf("snapshots %+v, want one breaker named by the host", snaps)
+	host := srv.Listener.Addr().String()
+	if len(snaps) != 2 || snaps[0].Name != host || snaps[1].Name != host+"/" {
+		t.Fatalf("snapshots %+v, want the host's breaker and its endpoint's", snaps)
 	}
-	if s := snaps[0]; s.State != circuit.Closed || s.Failures != 0 || s.Calls != 0 {
-		t.Fatalf("breaker %+v, want closed with no call counted", s)
+	for _, s := range snaps {
+		if s.State != circuit.Closed || s.Failures != 0 || s.Calls != 0 {
+			t.Fatalf("breaker %+v, want closed with no call counted", s)
+		}
 	}
 }
 
@@ -401,8 +404,9 @@ func TestServerErrorsOpenTheBreaker(t *testing.T) {
 	if n := len(rec.seen()); n != 2 {
 		t.Fatalf("server saw %d requests, want 2: the open breaker must not let the call through", n)
 	}
-	if s := breakers.Snapshots()[0]; s.State != circuit.Open || s.Rejected != 1 {
-		t.Fatalf("breaker %+v, want open with one rejection", s)
+	b, _ := breakers.Get(srv.Listener.Addr().String() + "/")
+	if s := b.Snapshot(); s.State != circuit.Open || s.Rejected != 1 {
+		t.Fatalf("breaker %+v, want the endpoint's open with one rejection", s)
 	}
 }
 
@@ -1057,13 +1061,13 @@ func TestTransportEvents(t *testing.T) {
 		resp.Body.Close()
 		const e503 = "err=watertighthttp: HTTP 503 Service Unavailable"
 		want := strings.Join([]string{
-			`retry_scheduled retry/upstream/a.example #1 +1ms "" ` + e503,
-			`retry_scheduled retry/upstream/a.example #2 +1ms "" ` + e503,
-			`retry_exhausted retry/upstream/a.example #3 +0s "" ` + e503,
-			`retry_scheduled retry/upstream/b.example #1 +1ms "" ` + e503,
-			`retry_scheduled retry/upstream/b.example #2 +1ms "" ` + e503,
-			`retry_exhausted retry/upstream/b.example #3 +0s "" ` + e503,
-			`retry_skipped http/edge/a.example #1 +0s "request body cannot be replayed" ` + e503,
+			`retry_scheduled retry/upstream/a.example/x #1 +1ms "" ` + e503,
+			`retry_scheduled retry/upstream/a.example/x #2 +1ms "" ` + e503,
+			`retry_exhausted retry/upstream/a.example/x #3 +0s "" ` + e503,
+			`retry_scheduled retry/upstream/b.example/x #1 +1ms "" ` + e503,
+			`retry_scheduled retry/upstream/b.example/x #2 +1ms "" ` + e503,
+			`retry_exhausted retry/upstream/b.example/x #3 +0s "" ` + e503,
+			`retry_skipped http/edge/a.example/x #1 +0s "request body cannot be replayed" ` + e503,
 		}, "\n")
 		if got := evs.take(); got != want {
 			t.Fatalf("Listener's events:\n%s\nwant:\n%s", got, want)
@@ -1080,7 +1084,7 @@ func TestTransportRegistryEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		evs := &eventLog{}
 		breakers, err := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{
-			Name: "hosts", WindowSize: 2, MinCalls: 2, Listener: evs}})
+			Name: "hosts", WindowSize: 2, MinCalls: 2, OpenJitter: -1, Listener: evs}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1095,14 +1099,15 @@ func TestTransportRegistryEvents(t *testing.T) {
 				resp.Body.Close()
 			}
 		}
+		// The endpoint's breaker: a 503 is not the host's failure.
 		want := strings.Join([]string{
-			`state_change circuit/hosts/a.example #0 +30s "failure rate 100% >= 50% over 2 calls"`,
-			`rejected circuit/hosts/a.example #0 +0s "" err=circuit: open`,
+			`state_change circuit/hosts/a.example/ #0 +30s "failure rate 100% >= 50% over 2 calls"`,
+			`rejected circuit/hosts/a.example/ #0 +0s "" err=circuit: open`,
 		}, "\n")
 		if got := evs.take(); got != want {
 			t.Fatalf("events:\n%s\nwant:\n%s", got, want)
 		}
-		b, _ := breakers.Get("a.example")
+		b, _ := breakers.Get("a.example/")
 		b.Reset()
 	})
 }
@@ -1166,7 +1171,8 @@ func TestTransportFollowsRegistryEvictions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{Base: okRT{}, Breakers: breakers, Bulkheads: bulkheads})
+	// Keys by host alone: MaxKeys 1 holds one host's breaker.
+	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{Base: okRT{}, Breakers: breakers, Bulkheads: bulkheads, MaxEndpoints: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
