@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/watertight-go/watertight/internal/keyed"
+	"pgregory.net/rapid"
 )
 
 var errFull = errors.New("test: full")
@@ -525,4 +526,82 @@ func TestCreateErrorAfterEviction(t *testing.T) {
 	if n := m.Len(); n != 0 {
 		t.Fatalf("Len %d after deleting every key", n)
 	}
+}
+
+// TestModel checks the map against a model, one operation at a time: a key
+// held keeps its value; a new key on a full map is refused exactly when no
+// value is evictable, else it replaces one evictable value; the map never
+// holds more than its bound.
+func TestModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		max := rapid.IntRange(1, 5).Draw(t, "max")
+		var c counter
+		m := keyed.New(max, c.create, idle)
+		held := map[string]*value{}
+		keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+		t.Repeat(map[string]func(*rapid.T){
+			"get": func(t *rapid.T) {
+				k := rapid.SampledFrom(keys).Draw(t, "key")
+				evictable := 0
+				for _, v := range held {
+					if v.idle.Load() {
+						evictable++
+					}
+				}
+				v, err := m.Get(k, errFull)
+				switch old, ok := held[k]; {
+				case ok:
+					if v != old || err != nil {
+						t.Fatalf("Get(%s) = %p, %v; want the value held, %p", k, v, err, old)
+					}
+				case len(held) < max:
+					if err != nil || v == nil || v.key != k {
+						t.Fatalf("Get(%s) on a map with room = %v, %v", k, v, err)
+					}
+					held[k] = v
+				case evictable == 0:
+					if err != errFull {
+						t.Fatalf("Get(%s) on a full map of busy values = %v, %v; want the full error", k, v, err)
+					}
+				default:
+					if err != nil || v == nil {
+						t.Fatalf("Get(%s) on a full map with %d evictable = %v, %v", k, evictable, v, err)
+					}
+					gone := ""
+					for hk, hv := range held {
+						if cur, ok := m.Lookup(hk); !ok || cur != hv {
+							if gone != "" {
+								t.Fatalf("two values evicted for one new key: %s and %s", gone, hk)
+							}
+							if !hv.idle.Load() {
+								t.Fatalf("the busy value of %s was evicted", hk)
+							}
+							gone = hk
+						}
+					}
+					if gone == "" {
+						t.Fatal("no value evicted for the new key")
+					}
+					delete(held, gone)
+					held[k] = v
+				}
+			},
+			"idle": func(t *rapid.T) {
+				k := rapid.SampledFrom(keys).Draw(t, "key")
+				if v, ok := held[k]; ok {
+					v.idle.Store(rapid.Bool().Draw(t, "idle"))
+				}
+			},
+			"delete": func(t *rapid.T) {
+				k := rapid.SampledFrom(keys).Draw(t, "key")
+				m.Delete(k)
+				delete(held, k)
+			},
+			"": func(t *rapid.T) {
+				if n := m.Len(); n != len(held) || n > max || len(keysOf(m)) != n {
+					t.Fatalf("Len %d, keys %v, model %d, bound %d", n, keysOf(m), len(held), max)
+				}
+			},
+		})
+	})
 }
