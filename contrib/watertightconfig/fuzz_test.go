@@ -45,6 +45,7 @@ func FuzzParse(f *testing.F) {
 		"retries: {r: {max_attempts: 1, backoff: {base: 1s}}}",
 		"budgets: {b: {ratio: 1e-4%}}",
 		"breakers: {a: {failure_rate_threshold: 1e-12}}",
+		"breakers: {a: {open_jitter: 0}, b: {open_jitter: 25%}, c: {}}",
 	} {
 		f.Add([]byte(s))
 	}
