@@ -34,6 +34,10 @@ func nanotime() int64 { return int64(time.Since(epoch)) }
 // times the dependency, one record per attempt; outermost it times what the
 // caller waits, retries and waits for permits included.
 //
+// Outermost, note that a call whose retry the budget refused ends in a
+// rejection (retry.SkippedError for retry.ErrNoBudget), and is not recorded
+// although its attempts ran; innermost, each attempt is recorded as it ended.
+//
 // Cost per call: two reads of the monotonic clock, the classification of a
 // non-nil error and one synchronous histogram record with a prepared
 // attribute set; see the package benchmarks for the SDK's share. A rejection

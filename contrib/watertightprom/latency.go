@@ -30,7 +30,11 @@ func nanotime() int64 { return int64(time.Since(epoch)) }
 // (just before the call, inside the attempt timeout) it times the
 // dependency, one observation per attempt; outermost it times what the
 // caller waits, retries and waits for permits included. The histogram's
-// _count is also the number of calls by outcome.
+// _count is also the number of calls that ran, by outcome.
+//
+// Outermost, note that a call whose retry the budget refused ends in a
+// rejection (retry.SkippedError for retry.ErrNoBudget), and is not observed
+// although its attempts ran; innermost, each attempt is observed as it ended.
 //
 // Cost per call: two reads of the monotonic clock, the classification of a
 // non-nil error, and one histogram observation (atomic adds); no allocation
