@@ -95,6 +95,9 @@ func (cfg Config) validate(typ string) error {
 // only a caller that must wait takes a mutex and joins a first-come,
 // first-served queue.
 //
+// Its limit and wait can change while it is in use (SetMaxConcurrent,
+// SetMaxWait, Reconfigure), keeping the permits in flight.
+//
 // A Bulkhead is safe for concurrent use. Build it with New: the zero value
 // has no permits, so every Acquire fails with ErrFull.
 type Bulkhead struct {

@@ -87,8 +87,11 @@ type StateChange struct {
 // safe for concurrent use, and one breaker is meant to be shared by every
 // call site of its dependency, whatever their result types.
 //
-// On the success path of a closed breaker, Allow is one atomic load and
-// recording an outcome is an atomic add and a load; nothing allocates, no
+// Reconfigure changes its settings while it is in use, keeping its state.
+//
+// On the success path of a closed breaker, Allow is an atomic load of the
+// state word and one of the settings, and recording an outcome is an atomic
+// add and a few loads; nothing allocates, no
 // lock is taken, and the clock is read only when slow calls are measured or
 // the window is time-based.
 type Breaker struct {
