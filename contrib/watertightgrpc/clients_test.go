@@ -587,7 +587,13 @@ func TestServerMaxClients(t *testing.T) {
 				go func() { done <- newRequest(context.Background(), methodCall, mdClient, who).run(icpt, b.handler) }()
 				<-b.entered
 			}
-			err := newRequest(context.Background(), methodCall, mdClient, "bob").run(icpt, b.handler)
+			second := make(chan error, 1)
+			go func() { second <- newRequest(context.Background(), methodCall, mdClient, "bob").run(icpt, b.handler) }()
+			synctest.Wait()
+			if len(b.entered) != 0 {
+				t.Fatalf("MaxClients %d: Bob's second call ran, beyond MaxPerClient 1", maxClients)
+			}
+			err := <-second
 			want := map[int]error{1: watertightgrpc.ErrClientOverflow, 0: watertightgrpc.ErrClientLimit}[maxClients]
 			if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), want.Error()) {
 				t.Fatalf("MaxClients %d: Bob's second call: %v; want RESOURCE_EXHAUSTED for %v", maxClients, err, want)
