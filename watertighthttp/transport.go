@@ -30,10 +30,13 @@ import (
 // *strings.Reader body).
 var ErrBodyNotReplayable = errors.New("watertighthttp: not retried: the request body cannot be replayed (set GetBody)")
 
-// TransportConfig configures a Transport. The zero value is valid: the
-// default transport, no breaker, no bulkhead, the retry package's defaults
-// (three attempts, full-jitter backoff, no budget) and the deadline
-// package's defaults.
+// TransportConfig configures a Transport. The zero value is valid: a clone
+// of http.DefaultTransport that dials with a 500 ms timeout, no breaker, no
+// bulkhead, no attempt timeout, the retry package's defaults (three
+// attempts, full-jitter backoff, a server's Retry-After honoured up to 5 s,
+// no budget) and the deadline package's defaults. With registries, each
+// endpoint of a host has its own breaker and bulkhead, and the host a
+// breaker for failures to connect (see Key).
 type TransportConfig struct {
 	// Base is the transport that sends each attempt. If nil, a clone of
 	// http.DefaultTransport whose dialer gives up after ConnectTimeout,
@@ -129,8 +132,9 @@ type TransportConfig struct {
 }
 
 // Transport is an http.RoundTripper that sends requests through a retry
-// policy, a per-key circuit breaker and a per-key bulkhead, in that order
-// (outermost first). On every attempt it sets HeaderAttempt and, when the
+// policy, a per-key circuit breaker (with the default Key, the host's in
+// front of the endpoint's), a per-key bulkhead and an attempt timeout, in
+// that order (outermost first). On every attempt it sets HeaderAttempt and, when the
 // request context has a deadline, the deadline header (Config.Deadline),
 // replacing any value the request carried; and, unless the request sets them
 // itself, the Idempotency-Key of a context marked with
