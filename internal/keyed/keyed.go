@@ -18,7 +18,7 @@ import (
 // Recency is a CLOCK (second-chance) sweep, an approximation of LRU that
 // costs the lookup path one atomic load: every value has a "used" flag, which
 // Get sets (a load first, and a store only when it was clear, so that a hot
-// key's lookups write nothing), and a hand that walks the values in a ring
+// key's lookups write nothing between two passes of the hand), and a hand that walks the values in a ring
 // when room is needed. The hand clears a set flag and moves on (the value was
 // used since the hand last passed: a second chance); a value whose flag is
 // clear has not been used for a whole turn of the hand, and is offered to
