@@ -162,13 +162,18 @@ func TestChartStyles(t *testing.T) {
 		}
 		prev = st
 	}
-	// A percentage axis stops at 100, however the data lies.
-	p, _, err := chartPlot(Chart{YMax: 100, Series: []Series{{Name: "a", X: []float64{0, 1}, Y: []float64{100, 100}}, {Name: "b", X: []float64{0, 1}, Y: []float64{100, 40}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Y.Min != 0 || p.Y.Max != 100 {
-		t.Errorf("Y axis %v…%v, want 0…100", p.Y.Min, p.Y.Max)
+	// A percentage axis runs from 0 to 100, however the data lies; any
+	// other axis ends at the data's top: no headroom for a legend, which
+	// sits beside the data.
+	series := []Series{{Name: "a", X: []float64{0, 1}, Y: []float64{90, 90}}, {Name: "b", X: []float64{0, 1}, Y: []float64{90, 40}}, {Name: "c", X: []float64{0, 1}, Y: []float64{50, 60}}}
+	for _, tc := range []struct{ ymax, want float64 }{{100, 100}, {0, 90}} {
+		p, _, err := chartPlot(Chart{YMax: tc.ymax, Series: series})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Y.Min != 0 || p.Y.Max != tc.want {
+			t.Errorf("YMax %v: Y axis %v…%v, want 0…%v", tc.ymax, p.Y.Min, p.Y.Max, tc.want)
+		}
 	}
 }
 
