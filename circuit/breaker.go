@@ -140,10 +140,14 @@ func New(cfg Config) (*Breaker, error) {
 	return b, nil
 }
 
-// settings is a resolved Config and what is derived from it.
+// settings is a resolved Config and what is derived from it. Every call
+// reads it; the padding keeps it off the cache lines of whatever the
+// allocator puts next to it (the window's counters, written by calls).
 type settings struct {
+	_ [64]byte
 	Config
 	slow bool // SlowCallDuration > 0
+	_    [64]byte
 }
 
 // now reads the breaker's monotonic clock, in nanoseconds since New: one
