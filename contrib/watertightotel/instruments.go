@@ -104,7 +104,7 @@ func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
 	in.hedgeSuppressed = counter("watertight.hedge.suppressed", "{hedge}", "Hedges due but not sent, by reason: budget, breaker, bulkhead, overload.")
 	in.hedgeDelay = fgauge("watertight.hedge.delay", "s", "Current hedge delay: how long an attempt has to answer before the next one is sent.")
 	in.hedgeOverloaded = gauge("watertight.hedge.overloaded", "{state}", "1 while the hedge policy is in its overload cool-down (no hedges), 0 otherwise.")
-	in.shed = counter("watertight.shed", "{request}", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, client_limit, deadline, other (events).")
+	in.shed = counter("watertight.shed", "{request}", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, client_limit, client_overflow, deadline, other (events).")
 	in.fallbackUsed = counter("watertight.fallback.used", "{call}", "Calls a fallback answered instead of the primary (events).")
 	return all, errors.Join(errs...)
 }

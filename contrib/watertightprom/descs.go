@@ -89,7 +89,7 @@ func (d *descs) init(constLabels prometheus.Labels) error {
 	d.retryScheduled = nd("watertight_retry_scheduled_total", "Retries scheduled after a failed attempt (events).", nk...)
 	d.retryExhausted = nd("watertight_retry_exhausted_total", "Calls whose last allowed attempt failed (events).", nk...)
 	d.retrySkipped = nd("watertight_retry_skipped_total", "Retryable failures that were not retried, by reason: not_idempotent, no_time, no_budget, body_not_replayable, other (events).", "name", "key", "reason")
-	d.shed = nd("watertight_shed_total", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, client_limit, deadline, other (events).", "name", "key", "reason")
+	d.shed = nd("watertight_shed_total", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, client_limit, client_overflow, deadline, other (events).", "name", "key", "reason")
 	d.fallbackUsed = nd("watertight_fallback_used_total", "Calls a fallback answered instead of the primary (events).", nk...)
 	return first
 }
