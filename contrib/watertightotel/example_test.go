@@ -46,13 +46,13 @@ func Example() {
 			case "watertight.circuit.state":
 				for _, dp := range m.Data.(metricdata.Gauge[int64]).DataPoints {
 					if state, _ := dp.Attributes.Value("state"); dp.Value == 1 {
-						fmt.Printf("%s [%s] state=%s\n", m.Name, m.Unit, state.Emit())
+						fmt.Printf("%s [%s] state=%s\n", m.Name, m.Unit, state.String())
 					}
 				}
 			case "watertight.circuit.opens", "watertight.bulkhead.available":
 				dp := m.Data.(metricdata.Sum[int64]).DataPoints[0]
 				name, _ := dp.Attributes.Value(watertightotel.AttrName)
-				fmt.Printf("%s [%s] %s=%d\n", m.Name, m.Unit, name.Emit(), dp.Value)
+				fmt.Printf("%s [%s] %s=%d\n", m.Name, m.Unit, name.String(), dp.Value)
 			}
 		}
 	}

@@ -109,7 +109,7 @@ func (h *harness) collect(t *testing.T) (map[string]float64, map[string]instrume
 func attrs(s attribute.Set) string {
 	var parts []string
 	for _, kv := range s.ToSlice() {
-		parts = append(parts, fmt.Sprintf("%s=%q", kv.Key, kv.Value.Emit()))
+		parts = append(parts, fmt.Sprintf("%s=%q", kv.Key, kv.Value.String()))
 	}
 	sort.Strings(parts)
 	return "{" + strings.Join(parts, ",") + "}"
