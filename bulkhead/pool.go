@@ -2,6 +2,7 @@ package bulkhead
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -380,6 +381,11 @@ func (p *Pool) loop(w *worker, owed bool) {
 			}
 			counted = true
 		}
+		if p.live > p.workers && !p.closed { // SetWorkers lowered the count
+			p.exitLocked()
+			p.mu.Unlock()
+			return
+		}
 		if j = p.head; j != nil {
 			p.removeLocked(j)
 			p.busy++
@@ -394,6 +400,7 @@ func (p *Pool) loop(w *worker, owed bool) {
 		p.idle = append(p.idle, w)
 		p.mu.Unlock()
 		var ok bool
+		// A nil job is SetWorkers waking an idle worker to exit.
 		if j, ok = <-w.wake; !ok { // closed by Shutdown
 			p.mu.Lock()
 			p.exitLocked()
@@ -401,6 +408,42 @@ func (p *Pool) loop(w *worker, owed bool) {
 			return
 		}
 	}
+}
+
+// SetWorkers changes the number of workers while the pool is in use, as
+// PoolConfig.Workers would set it: zero means DefaultWorkers, a negative n
+// is an error. Raising starts the new workers at once, and they take the
+// queued tasks, oldest first. Lowering stops no task: idle workers above n
+// exit at once, busy ones when their task ends, and no queued task starts
+// until fewer than n run. After Shutdown it returns ErrClosed. The queue
+// keeps its size.
+func (p *Pool) SetWorkers(n int) error {
+	if n < 0 {
+		return fmt.Errorf("bulkhead: SetWorkers: n must be >= 0 (0 means %d), got %d", DefaultWorkers, n)
+	}
+	if p.exited == nil {
+		return errors.New("bulkhead: SetWorkers on a zero Pool, which has no workers: build it with NewPool")
+	}
+	if n == 0 {
+		n = DefaultWorkers
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return p.errClosed
+	}
+	p.workers = n
+	for ; p.live < n; p.live++ {
+		go p.loop(&worker{wake: make(chan *job, 1)}, false)
+	}
+	// Wake idle workers above n with no task: each finds the pool over its
+	// count and exits (see loop).
+	for excess := p.live - n; excess > 0 && len(p.idle) > 0; excess-- {
+		w := p.idle[len(p.idle)-1]
+		p.idle = p.idle[:len(p.idle)-1]
+		w.wake <- nil // never blocks: an idle worker's mailbox is empty
+	}
+	return nil
 }
 
 // exitLocked records that a worker goroutine exits. p.mu is held.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,4 +344,93 @@ func TestResizeStress(t *testing.T) {
 	if p := peak.Load(); p > 12 {
 		t.Fatalf("%d in use at once, above every limit set", p)
 	}
+}
+
+// Pool.SetWorkers: raising starts queued tasks at once, oldest first;
+// lowering stops no task, and no queued task starts until fewer than the new
+// count run; idle workers above the count exit.
+func TestPoolSetWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPool(t, bulkhead.PoolConfig{Workers: 1, QueueSize: 10})
+		var running, peak atomic.Int64
+		var order []int
+		var mu sync.Mutex
+		gates := make([]gate, 6)
+		for i := range gates {
+			gates[i] = make(gate)
+			if err := p.Submit(context.Background(), func(ctx context.Context) {
+				recordPeak(&peak, running.Add(1))
+				mu.Lock()
+				order = append(order, i)
+				mu.Unlock()
+				gates[i].wait(ctx)
+				running.Add(-1)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		if running.Load() != 1 {
+			t.Fatalf("%d running with 1 worker", running.Load())
+		}
+		if err := p.SetWorkers(3); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if running.Load() != 3 || !slices.Equal(order, []int{0, 1, 2}) {
+			t.Fatalf("after raising to 3: %d running, started %v; want 3, [0 1 2]", running.Load(), order)
+		}
+		if err := p.SetWorkers(1); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range []int{0, 1} { // two end: their workers exit
+			close(gates[i])
+			synctest.Wait()
+			if len(order) != 3 {
+				t.Fatalf("a queued task started with %d running under 1 worker", running.Load()+1)
+			}
+		}
+		close(gates[2]) // none runs now: the one worker left takes task 3
+		synctest.Wait()
+		if running.Load() != 1 || !slices.Equal(order, []int{0, 1, 2, 3}) {
+			t.Fatalf("%d running, started %v", running.Load(), order)
+		}
+		for _, i := range []int{3, 4, 5} {
+			close(gates[i])
+			synctest.Wait()
+		}
+		if s := p.Snapshot(); s.Workers != 1 || s.Busy != 0 || s.Queued != 0 || peak.Load() != 3 {
+			t.Fatalf("Snapshot %+v, peak %d", s, peak.Load())
+		}
+		if err := p.SetWorkers(-1); err == nil {
+			t.Fatal("SetWorkers(-1) = nil")
+		}
+		shutdown(t, p)
+		if err := p.SetWorkers(2); !errors.Is(err, bulkhead.ErrClosed) {
+			t.Fatalf("SetWorkers after Shutdown = %v, want ErrClosed", err)
+		}
+	})
+}
+
+// Lowering a pool of idle workers: the workers above the count exit, so
+// with no queue a second task at once is refused.
+func TestPoolSetWorkersIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPool(t, bulkhead.PoolConfig{Workers: 4, QueueSize: -1})
+		synctest.Wait()
+		if err := p.SetWorkers(1); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		g := make(gate)
+		if err := p.Submit(context.Background(), g.wait); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Submit(context.Background(), g.wait); !errors.Is(err, bulkhead.ErrQueueFull) {
+			t.Fatalf("second task with 1 worker and no queue: %v, want ErrQueueFull", err)
+		}
+		close(g)
+		synctest.Wait()
+		shutdown(t, p)
+	})
 }
