@@ -843,7 +843,7 @@ func runStorefront(ctx context.Context, opts Options) (*Result, error) {
 	// Success rate over time, 250 ms bins, by scheduled arrival.
 	chart := Chart{
 		File:   "storefront-success",
-		Title:  fmt.Sprintf("storefront: success rate per route (%s stalls at %.1fs)", sfRoutes[p.slow].name, p.warmup.Seconds()),
+		Title:  fmt.Sprintf("storefront: success rate per route (%s takes %v a call from %.1fs on)", sfRoutes[p.slow].name, p.stall, p.warmup.Seconds()),
 		XLabel: "time since the load began (s)",
 		YLabel: "success rate (%)",
 		YMax:   100,
