@@ -755,9 +755,10 @@ func stormCallsChart(prm stormParams, runs []*stormRun) Chart {
 	const bucket = 250 * time.Millisecond
 	c := Chart{
 		File:   "storm-calls",
-		Title:  "Provider calls per user action while the provider is down",
+		Title:  "Provider calls per user action while the provider is down (250 ms bins)",
 		XLabel: "time since the outage began (s)",
-		YLabel: "provider calls per user action (per 250 ms)",
+		// Short: gonum/plot makes the Y axis no shorter than its label.
+		YLabel: "provider calls per action",
 		LogY:   true,
 	}
 	nb := int(prm.outage / bucket)
