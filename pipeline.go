@@ -120,9 +120,10 @@ type Pipeline struct {
 
 // New returns a Pipeline of the given policies, outermost first. Nil
 // interface values are skipped, so optional protections can be passed as
-// untyped nil. A policy that is a nil pointer (or another nil value of a
-// type that implements Policy) is refused with an error that names its
-// position and type: it is almost always the result of a constructor whose
+// untyped nil, and so are nil pointers of types whose nil is a disabled
+// policy (NilDisabled). Any other policy that is a nil pointer (or another
+// nil value of a type that implements Policy) is refused with an error that
+// names its position and type: it is almost always the result of a constructor whose
 // error was discarded (br, _ := circuit.New(badConfig)), and calling through
 // it would panic. The standard order (see the package documentation) is
 //
@@ -134,6 +135,9 @@ func New(policies ...Policy) (*Pipeline, error) {
 			continue
 		}
 		if isNilValue(pol) {
+			if _, ok := pol.(NilDisabled); ok {
+				continue // a nil that does nothing, by its type's contract
+			}
 			return nil, fmt.Errorf("watertight: New: policy %d of %d (%T) is nil: its constructor most likely returned an error that was not checked; check that error, or pass an untyped nil to leave the protection out", i+1, len(policies), pol)
 		}
 		var f uint8
@@ -151,6 +155,16 @@ func New(policies ...Policy) (*Pipeline, error) {
 		p.flags = append(p.flags, f)
 	}
 	return p, nil
+}
+
+// NilDisabled is implemented by a Policy type whose nil pointer is a valid
+// policy that does nothing, by contract (a nil *budget.Throttler is a
+// disabled throttler): New skips such a nil instead of refusing it. The
+// method is never called; its presence is the contract.
+type NilDisabled interface {
+	Policy
+	// NilDisabled marks the type; it does nothing.
+	NilDisabled()
 }
 
 // MustNew is New for pipelines whose policies cannot be nil (built just

@@ -510,3 +510,17 @@ func (*nilPolicy) Enter(ctx context.Context) (context.Context, watertight.Ticket
 	return ctx, watertight.Ticket{}, nil
 }
 func (*nilPolicy) Exit(_ context.Context, _ watertight.Ticket, err error) error { return err }
+
+// TestNewSkipsNilDisabled: a nil of a type whose nil is a disabled policy
+// (a nil *budget.Throttler) is skipped, not refused.
+func TestNewSkipsNilDisabled(t *testing.T) {
+	var off *disabledWhenNil
+	p, err := watertight.New(off, &nilPolicy{})
+	if err != nil || p.Len() != 1 {
+		t.Fatalf("New(nil *disabledWhenNil, policy) = %v (len %d), %v; want the nil skipped", p, p.Len(), err)
+	}
+}
+
+type disabledWhenNil struct{ nilPolicy }
+
+func (*disabledWhenNil) NilDisabled() {}

@@ -333,6 +333,10 @@ func (t *Throttler) Accepted() {
 	t.cur.Load().acc.Add(1)
 }
 
+// NilDisabled implements watertight.NilDisabled: a nil *Throttler is a
+// valid, disabled policy, which watertight.New skips.
+func (*Throttler) NilDisabled() {}
+
 // Enter implements watertight.Policy: it is Allow. The Ticket remembers the
 // bucket the request counted in, so that Exit counts the accept in the same
 // one and a request and its accept leave the window together.
