@@ -127,8 +127,9 @@ type Bulkhead struct {
 
 	name     string
 	listener watertight.Listener
-	evName   string // Name of the events: Config.Name, or the registry's Name
-	evKey    string // Key of the events: the registry key
+	evName   string        // Name of the events: Config.Name, or the registry's Name
+	evKey    string        // Key of the events: the registry key
+	regGen   atomic.Uint64 // the registry configuration generation it has: see Registry.Reconfigure
 	mu       sync.Mutex
 	head     *waiter // FIFO queue of waiters, oldest first
 	tail     *waiter

@@ -3,6 +3,8 @@ package bulkhead
 import (
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/internal/keyed"
@@ -36,6 +38,9 @@ type Registry struct {
 	m        *keyed.Map[*Bulkhead]
 	name     string
 	listener watertight.Listener
+	live     atomic.Pointer[Config] // what bulkheads are made from; Reconfigure replaces it
+	gen      atomic.Uint64          // Reconfigure calls so far
+	mu       sync.Mutex             // serialises Reconfigure
 }
 
 // NewRegistry returns a Registry for cfg. It fails, naming the field and the
@@ -52,14 +57,52 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		maxKeys = -1
 	}
 	bc := cfg.Config
+	r := &Registry{name: bc.Name, listener: bc.Listener}
+	r.live.Store(&bc)
 	create := func(key string) (*Bulkhead, error) {
-		c := bc
+		g := r.gen.Load() // before the configuration: see Reconfigure
+		c := *r.live.Load()
 		c.Name = key
 		b := newBulkhead(c)
 		b.evName, b.evKey = bc.Name, key
+		b.regGen.Store(g)
 		return b, nil
 	}
-	return &Registry{m: keyed.New(maxKeys, create, (*Bulkhead).idle), name: bc.Name, listener: bc.Listener}, nil
+	r.m = keyed.New(maxKeys, create, (*Bulkhead).idle)
+	return r, nil
+}
+
+// Reconfigure makes cfg's MaxConcurrent and MaxWait those of every
+// bulkhead the registry holds (Bulkhead.Reconfigure: permits in flight
+// count against the new limit) and of the ones it makes from now on. cfg is
+// validated as New does; an invalid one is an error and changes nothing.
+// The registry's Name and Listener stay what NewRegistry set. (A bulkhead
+// made from the old configuration while it runs is reconfigured by Get:
+// see circuit.Registry.Reconfigure.)
+func (r *Registry) Reconfigure(cfg Config) error {
+	if err := cfg.validate("Config"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := *r.live.Load()
+	c.MaxConcurrent, c.MaxWait = cfg.MaxConcurrent, cfg.MaxWait
+	r.live.Store(&c)
+	r.gen.Add(1)
+	r.m.Range(func(_ string, b *Bulkhead) bool {
+		r.refreshLocked(b)
+		return true
+	})
+	return nil
+}
+
+func (r *Registry) refreshLocked(b *Bulkhead) {
+	g := r.gen.Load()
+	if b.regGen.Load() == g {
+		return
+	}
+	_ = b.Reconfigure(*r.live.Load()) // validated by Reconfigure
+	b.regGen.Store(g)
 }
 
 // Get returns key's bulkhead, creating it on first use; looking up a key
@@ -77,6 +120,11 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 // A refusal is sent to Config.Listener as an EventRejected with the key.
 func (r *Registry) Get(key string) (*Bulkhead, error) {
 	b, err := r.m.Get(key, ErrTooManyKeys)
+	if err == nil && b.regGen.Load() != r.gen.Load() {
+		r.mu.Lock() // made from a configuration Reconfigure replaced
+		r.refreshLocked(b)
+		r.mu.Unlock()
+	}
 	if err != nil {
 		if r.listener != nil {
 			watertight.Emit(r.listener, watertight.Event{

@@ -113,6 +113,9 @@ type Breaker struct {
 	// The Name and Key of the breaker's events: cfg.Name and "" from New;
 	// the registry's Name and the key for a breaker a Registry made.
 	evName, evKey string
+	// regGen is, for a breaker a Registry made, the registry's
+	// configuration generation the breaker was last configured for.
+	regGen atomic.Uint64
 
 	mu          sync.Mutex
 	timer       *time.Timer

@@ -2,6 +2,8 @@ package circuit
 
 import (
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/watertight-go/watertight"
@@ -47,8 +49,11 @@ type RegistryConfig struct {
 // all built from one Config. Looking up an existing key takes no lock. It is
 // safe for concurrent use.
 type Registry struct {
-	cfg Config
-	m   *keyed.Map[*Breaker]
+	cfg  Config                 // Name and Listener of the events: fixed by NewRegistry
+	live atomic.Pointer[Config] // what breakers are made from; Reconfigure replaces it
+	gen  atomic.Uint64          // Reconfigure calls so far
+	mu   sync.Mutex             // serialises Reconfigure
+	m    *keyed.Map[*Breaker]
 }
 
 // NewRegistry returns an empty registry, or the error New would return for
@@ -66,13 +71,16 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		retain = DefaultRetain
 	}
 	r := &Registry{cfg: cfg.Config}
+	r.live.Store(&r.cfg)
 	r.m = keyed.NewIdle(max, func(key string) (*Breaker, error) {
-		c := r.cfg
+		g := r.gen.Load() // before the configuration: see Reconfigure
+		c := *r.live.Load()
 		c.Name = key
 		b, err := New(c)
 		if err != nil {
 			return nil, err
 		}
+		b.regGen.Store(g)
 		b.evName, b.evKey = r.cfg.Name, key // before b is published
 		return b, nil
 	}, func(b *Breaker, idle time.Duration) bool { return b.evictable(idle, retain) })
@@ -120,6 +128,9 @@ func (b *Breaker) evictable(idle, retain time.Duration) bool {
 // A refusal is sent to Config.Listener as an EventRejected with the key.
 func (r *Registry) Get(key string) (*Breaker, error) {
 	b, err := r.m.Get(key, ErrTooManyKeys)
+	if err == nil && b.regGen.Load() != r.gen.Load() {
+		r.refresh(key, b) // made from a configuration Reconfigure replaced
+	}
 	if err != nil && r.cfg.Listener != nil {
 		watertight.Emit(r.cfg.Listener, watertight.Event{
 			Kind: watertight.EventRejected, Source: source, Name: r.cfg.Name, Key: key, Err: err,
@@ -148,4 +159,47 @@ func (r *Registry) Snapshots() []Snapshot {
 	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// Reconfigure makes cfg the configuration of every breaker the registry
+// holds (Breaker.Reconfigure: each keeps its state) and of the ones it
+// makes from now on. cfg is validated as New does; an invalid one is an
+// error and changes nothing. The registry's Name and Listener (those of its
+// events) stay what NewRegistry set.
+//
+// A breaker being made while Reconfigure runs may be made from the old
+// configuration and published after the Range below has passed; it carries
+// the generation it was made for, so Get, which every caller goes through,
+// reconfigures it before handing it out.
+func (r *Registry) Reconfigure(cfg Config) error {
+	if _, err := New(cfg); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.live.Store(&cfg)
+	r.gen.Add(1)
+	r.m.Range(func(key string, b *Breaker) bool {
+		r.refreshLocked(key, b)
+		return true
+	})
+	return nil
+}
+
+// refresh reconfigures b, key's breaker, for the current configuration.
+func (r *Registry) refresh(key string, b *Breaker) {
+	r.mu.Lock()
+	r.refreshLocked(key, b)
+	r.mu.Unlock()
+}
+
+func (r *Registry) refreshLocked(key string, b *Breaker) {
+	g := r.gen.Load()
+	if b.regGen.Load() == g {
+		return
+	}
+	c := *r.live.Load()
+	c.Name = key
+	_ = b.Reconfigure(c) // validated by Reconfigure
+	b.regGen.Store(g)
 }
