@@ -3,10 +3,12 @@ package watertighthttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"sync/atomic"
+	"time"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/hedge"
@@ -15,11 +17,18 @@ import (
 
 // HedgeConfig configures a HedgingTransport.
 type HedgeConfig struct {
-	// Base sends each attempt. If nil, http.DefaultTransport. It may be a
-	// Transport, for a breaker and bulkhead per replica (with retries off,
-	// TransportConfig.Retry.MaxAttempts 1: hedging inside a retry multiplies
-	// the two).
+	// Base sends each attempt. If nil, the same default base as a
+	// Transport's: a clone of http.DefaultTransport whose dialer gives up
+	// after ConnectTimeout (shared with the Transports of that timeout). It
+	// may be a Transport, for a breaker and bulkhead per replica (with
+	// retries off, TransportConfig.Retry.MaxAttempts 1: hedging inside a
+	// retry multiplies the two).
 	Base http.RoundTripper
+	// ConnectTimeout bounds the dial of a new connection when Base is nil,
+	// as TransportConfig.ConnectTimeout does: zero means
+	// DefaultConnectTimeout (500 ms), negative means http.DefaultTransport
+	// itself, and a positive value with Base set is an error.
+	ConnectTimeout time.Duration
 	// Policy decides when a hedge is sent, and whether: its delay, its
 	// budget, its overload switches. It must not be nil.
 	Policy *hedge.Policy
@@ -79,6 +88,9 @@ func NewHedgingTransport(cfg HedgeConfig) (*HedgingTransport, error) {
 	if cfg.Target != nil && len(cfg.Replicas) > 0 {
 		return nil, errors.New("watertighthttp: HedgeConfig.Replicas must be empty when Target is set")
 	}
+	if cfg.ConnectTimeout > 0 && cfg.Base != nil {
+		return nil, fmt.Errorf("watertighthttp: HedgeConfig.ConnectTimeout (%v) applies only when Base is nil: set the dial timeout of your own transport, or leave ConnectTimeout zero", cfg.ConnectTimeout)
+	}
 	for _, r := range cfg.Replicas {
 		if r == "" {
 			return nil, errors.New("watertighthttp: HedgeConfig.Replicas must not hold an empty host")
@@ -91,7 +103,11 @@ func NewHedgingTransport(cfg HedgeConfig) (*HedgingTransport, error) {
 		target:   cfg.Target,
 	}
 	if t.base == nil {
-		t.base = http.DefaultTransport
+		ct := cfg.ConnectTimeout
+		if ct == 0 {
+			ct = DefaultConnectTimeout
+		}
+		t.base = defaultBase(ct)
 	}
 	return t, nil
 }

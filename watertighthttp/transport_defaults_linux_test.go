@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watertight-go/watertight/hedge"
 	"github.com/watertight-go/watertight/retry"
 	"github.com/watertight-go/watertight/watertighthttp"
 )
@@ -97,5 +98,48 @@ func TestConnectTimeoutConfig(t *testing.T) {
 	}
 	if _, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{ConnectTimeout: time.Second, Base: http.DefaultTransport}); err == nil {
 		t.Fatal("NewTransport accepted ConnectTimeout with a Base of the caller's own")
+	}
+}
+
+// A HedgingTransport with Base nil dials with the same connect timeout as a
+// Transport: a POST (not hedged, so it goes straight to the base) to a host
+// that does not answer fails after HedgeConfig.ConnectTimeout, not after
+// http.DefaultTransport's 30 s; a ConnectTimeout with a Base of the
+// caller's own is refused.
+func TestHedgingTransportConnectTimeout(t *testing.T) {
+	addr := unansweredAddr(t)
+	p, err := hedge.New(hedge.Config{Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ct := range []time.Duration{0, 100 * time.Millisecond} {
+		tr, err := watertighthttp.NewHedgingTransport(watertighthttp.HedgeConfig{Policy: p, ConnectTimeout: ct})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ct
+		if want == 0 {
+			want = watertighthttp.DefaultConnectTimeout
+		}
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			ctx := ctxTimeout(t, 5*time.Second)
+			req, _ := http.NewRequestWithContext(ctx, method, "http://"+addr+"/", nil)
+			start := time.Now()
+			resp, err := tr.RoundTrip(req)
+			took := time.Since(start)
+			if resp != nil {
+				resp.Body.Close()
+			}
+			var op *net.OpError
+			if err == nil || ctx.Err() != nil || !errors.As(err, &op) || op.Op != "dial" || !op.Timeout() {
+				t.Fatalf("ConnectTimeout %v, %s: err = %v after %v (ctx: %v); want a dial timeout", ct, method, err, took, ctx.Err())
+			}
+			if took < want/2 || took > 3*want {
+				t.Fatalf("ConnectTimeout %v, %s: the dial gave up after %v, want about %v", ct, method, took, want)
+			}
+		}
+	}
+	if _, err := watertighthttp.NewHedgingTransport(watertighthttp.HedgeConfig{Policy: p, ConnectTimeout: time.Second, Base: http.DefaultTransport}); err == nil {
+		t.Fatal("NewHedgingTransport accepted ConnectTimeout with a Base of the caller's own")
 	}
 }
