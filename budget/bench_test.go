@@ -208,3 +208,50 @@ func BenchmarkThrottler(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkRetryThrottle measures gRPC's retry throttling: a success on a
+// full throttle (every call of a healthy dependency), and a failure followed
+// by the successes that repay it (ratio 1), serial and parallel.
+func BenchmarkRetryThrottle(b *testing.B) {
+	newRT := func(b *testing.B, ratio float64) *budget.RetryThrottle {
+		rt, err := budget.NewRetryThrottle(budget.RetryThrottleConfig{MaxTokens: 100, TokenRatio: ratio})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return rt
+	}
+	b.Run("success", func(b *testing.B) {
+		rt := newRT(b, 0.1)
+		b.ReportAllocs()
+		for b.Loop() {
+			rt.Success()
+		}
+	})
+	b.Run("success/parallel", func(b *testing.B) {
+		rt := newRT(b, 0.1)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				rt.Success()
+			}
+		})
+	})
+	b.Run("failed+success", func(b *testing.B) {
+		rt := newRT(b, 1)
+		b.ReportAllocs()
+		for b.Loop() {
+			rt.Failed()
+			rt.Success()
+		}
+	})
+	b.Run("failed+success/parallel", func(b *testing.B) {
+		rt := newRT(b, 1)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				rt.Failed()
+				rt.Success()
+			}
+		})
+	})
+}

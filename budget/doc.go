@@ -1,8 +1,9 @@
 // Package budget keeps a client's extra load on a struggling dependency in
 // proportion to its real load: a retry budget, which caps retries (and
-// hedges) at a share of requests, and client-side adaptive throttling, which
+// hedges) at a share of requests, client-side adaptive throttling, which
 // rejects requests locally when the dependency keeps rejecting them for
-// overload.
+// overload, and gRPC's retry throttling (RetryThrottle, gRFC A6), which stops
+// retries while failures outweigh successes.
 //
 // # Retry budget
 //

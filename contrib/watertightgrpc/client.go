@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/budget"
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/deadline"
@@ -57,6 +58,17 @@ type ClientConfig struct {
 	// bounds the retries across them. MaxAttempts 1 disables retries.
 	// Retry.OnEvent, if set, sees the policy's events as they come.
 	Retry retry.Config
+	// RetryThrottle, if not nil, is gRPC's retry throttling (gRFC A6; the
+	// retryThrottling of a service config: see ParseRetryThrottling), over
+	// the unary calls' attempts, under Retry and Methods alike: each attempt
+	// that fails in a way its policy would retry (and each answer whose
+	// pushback says not to retry) takes a token, each call that succeeds
+	// gives TokenRatio back, and while it holds half its MaxTokens or less
+	// no call is retried (the attempt's error is returned as it is, as in
+	// grpc-go). Hedged calls and streams are not counted. Share one throttle
+	// between the interceptors of one ClientConn, as gRPC keeps one per
+	// channel. If nil, no throttling.
+	RetryThrottle *budget.RetryThrottle
 	// Idempotent lists the methods that are safe to repeat, in the style of
 	// a gRPC service config's method names: a full method name
 	// "/package.Service/Method", or "/package.Service/*" (or
@@ -191,6 +203,7 @@ type client struct {
 	breakers  *circuit.Registry
 	bulkheads *bulkhead.Registry
 	retry     retry.Config // validated, with the interceptor's name
+	throttle  *budget.RetryThrottle
 	hedge     *hedge.Policy
 	listener  watertight.Listener
 	dl        *deadline.Propagator
@@ -220,6 +233,7 @@ func newClient(cfg ClientConfig) (*client, error) {
 		breakers:  cfg.Breakers,
 		bulkheads: cfg.Bulkheads,
 		retry:     cfg.Retry,
+		throttle:  cfg.RetryThrottle,
 		hedge:     cfg.Hedge,
 		listener:  cfg.Listener,
 		dl:        cfg.Deadline,
@@ -377,6 +391,15 @@ func (c *client) retryPipe(key string, rc retry.Config, idempotent bool, b *circ
 			}
 			watertight.Emit(l, e)
 		}
+	}
+	if t := c.throttle; t != nil {
+		// gRPC's order: a failure costs a token only when its code is
+		// retryable, and costs it before the attempts are counted.
+		retryable := rc.Retryable
+		if retryable == nil {
+			retryable = retry.IsTransient
+		}
+		rc.Retryable = func(err error) bool { return retryable(err) && t.Failed() }
 	}
 	rc.Idempotent = idempotent
 	r, err := retry.New(rc)
@@ -585,9 +608,14 @@ func (u *unaryCall) do(ctx context.Context) (struct{}, error) {
 	u.trailer = nil
 	err = u.invoker(actx, u.method, u.req, u.reply, u.cc, u.opts...)
 	if err == nil {
+		u.c.throttle.Success()
 		return struct{}{}, nil
 	}
-	return struct{}{}, classifyAttempt(err, u.trailer, ownDeadline(ctx, at, err))
+	err = classifyAttempt(err, u.trailer, ownDeadline(ctx, at, err))
+	if u.c.throttle != nil && watertight.IsOverloaded(err) {
+		u.c.throttle.Failed() // a pushback that says not to retry counts, as in grpc-go
+	}
+	return struct{}{}, err
 }
 
 // hedged runs an idempotent call through the hedge policy: every attempt

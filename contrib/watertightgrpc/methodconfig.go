@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/backoff"
+	"github.com/watertight-go/watertight/budget"
 	"github.com/watertight-go/watertight/retry"
 )
 
@@ -168,8 +170,8 @@ const maxServiceConfigAttempts = 5
 // result.
 //
 // Entries with neither a retryPolicy nor a hedgingPolicy (a timeout, say)
-// are skipped, as are the other fields of the config (loadBalancingConfig,
-// retryThrottling: use a budget.Budget in Retry.Budget instead). An entry
+// are skipped, as are the other fields of the config (loadBalancingConfig;
+// retryThrottling is read by ParseRetryThrottling). An entry
 // with a hedgingPolicy is an error: hedging is configured with
 // ClientConfig.Hedge. The error names the entry and the field, and says
 // what is wanted.
@@ -520,4 +522,91 @@ func shown(raw json.RawMessage) string {
 		return strconv.Quote(string(raw[:n])) + "..."
 	}
 	return string(raw)
+}
+
+// ParseRetryThrottling reads the retryThrottling of a gRPC service config
+// (gRFC A6) into a *budget.RetryThrottle, for ClientConfig.RetryThrottle, so
+// that the config keeps the meaning it has in grpc-go: a token count that
+// starts at maxTokens, loses one for each attempt that fails with a
+// retryable code (or a pushback that says not to retry) and gains
+// tokenRatio for each call that succeeds; while it holds maxTokens/2 or
+// less, calls are not retried. What it reads, as grpc-go does:
+//
+//   - retryThrottling.maxTokens: a number in (0, 1000];
+//   - retryThrottling.tokenRatio: a number > 0.
+//
+// Both are required, and both are kept to three decimals, digits beyond
+// dropped, as gRPC keeps them (a tokenRatio of 0.1239 is 0.123; one below
+// 0.001 is an error). It returns nil, and no error, when the config has no
+// retryThrottling (a nil throttle is disabled). The other fields are not
+// read (see ParseServiceConfig). One throttle serves one ClientConn (one
+// server name, in gRPC's terms): share it between the interceptors of that
+// connection only. To give it a name or a listener, build one with
+// budget.NewRetryThrottle from the result's Config.
+func ParseRetryThrottling(js []byte) (*budget.RetryThrottle, error) {
+	var sc struct {
+		RetryThrottling json.RawMessage `json:"retryThrottling"`
+	}
+	if isNull(bytes.TrimSpace(js)) {
+		return nil, errors.New("watertightgrpc: service config: want a JSON object, got nothing")
+	}
+	if err := json.Unmarshal(js, &sc); err != nil {
+		return nil, fmt.Errorf("watertightgrpc: service config: want a JSON object: %w", err)
+	}
+	if isNull(sc.RetryThrottling) {
+		return nil, nil
+	}
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("watertightgrpc: service config retryThrottling%s: %s", field, fmt.Sprintf(format, args...))
+	}
+	var rt struct {
+		MaxTokens  json.RawMessage `json:"maxTokens"`
+		TokenRatio json.RawMessage `json:"tokenRatio"`
+	}
+	if json.Unmarshal(sc.RetryThrottling, &rt) != nil {
+		return nil, bad("", "want an object {\"maxTokens\": ..., \"tokenRatio\": ...}, got %s", shown(sc.RetryThrottling))
+	}
+	maxM, ok := parseMilli(rt.MaxTokens)
+	if !ok || maxM <= 0 || maxM > 1_000_000 {
+		return nil, bad(".maxTokens", "want a number in (0, 1000] (at least 0.001: three decimals are kept), got %s", shown(rt.MaxTokens))
+	}
+	ratioM, ok := parseMilli(rt.TokenRatio)
+	if !ok || ratioM <= 0 {
+		return nil, bad(".tokenRatio", "want a number > 0 (at least 0.001: three decimals are kept), got %s", shown(rt.TokenRatio))
+	}
+	return budget.NewRetryThrottle(budget.RetryThrottleConfig{
+		MaxTokens:  float64(maxM) / 1000,
+		TokenRatio: float64(min(ratioM, maxM)) / 1000,
+	})
+}
+
+// parseMilli reads a JSON number exactly and returns it in thousandths,
+// digits beyond the third dropped (toward zero). It reports false for
+// anything but a number, and for a number too large for the result.
+func parseMilli(raw json.RawMessage) (int64, bool) {
+	var n json.Number
+	raw = bytes.TrimSpace(raw)
+	if isNull(raw) || raw[0] == '"' || json.Unmarshal(raw, &n) != nil || n == "" {
+		return 0, false
+	}
+	if len(n) > 64 { // keeps big.Rat from expanding an exponent like 1e999999999
+		return 0, false
+	}
+	_, exp, _ := strings.Cut(strings.ToLower(string(n)), "e")
+	if e, err := strconv.Atoi(exp); exp != "" && (err != nil || e > 20 || e < -400) {
+		if err == nil && e < -400 {
+			return 0, true
+		}
+		return 0, false
+	}
+	r, ok := new(big.Rat).SetString(string(n))
+	if !ok {
+		return 0, false
+	}
+	r.Mul(r, big.NewRat(1000, 1))
+	q := new(big.Int).Quo(r.Num(), r.Denom())
+	if !q.IsInt64() {
+		return 0, false
+	}
+	return q.Int64(), true
 }
