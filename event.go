@@ -51,6 +51,12 @@ const (
 	// was dropped without running (it waited longer than allowed, its
 	// context ended, or the queue was shut down); Err says why.
 	EventDropped
+	// EventBadInput: a value a client sent (a header) was malformed or out
+	// of range and was ignored or clamped. Key names the header, Reason
+	// says why in a short stable label ("malformed", "absurd",
+	// "unknown_criticality"). It is emitted for every such value, also
+	// when the log line about it is rate-limited away.
+	EventBadInput
 	numEventKinds
 )
 
@@ -70,6 +76,7 @@ var eventKindNames = [...]string{
 	EventFaultInjected:   "fault_injected",
 	EventReplayed:        "replayed",
 	EventDropped:         "dropped",
+	EventBadInput:        "bad_input",
 }
 
 // String returns the kind's stable snake_case name ("state_change"), for
@@ -88,7 +95,7 @@ type Event struct {
 	// Kind says what happened.
 	Kind EventKind
 	// Source is the emitting package: "circuit", "bulkhead", "retry",
-	// "budget", "hedge", "fallback", "chaos", "http", "grpc",
+	// "budget", "deadline", "hedge", "fallback", "chaos", "http", "grpc",
 	// "idempotency".
 	Source string
 	// Name is the instance's configured name (Config.Name); may be empty.

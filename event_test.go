@@ -13,7 +13,7 @@ import (
 
 func TestEventKindString(t *testing.T) {
 	seen := map[string]bool{}
-	for k := watertight.EventStateChange; k <= watertight.EventDropped; k++ {
+	for k := watertight.EventStateChange; k <= watertight.EventBadInput; k++ {
 		s := k.String()
 		if s == "unknown" || s == "" || seen[s] {
 			t.Fatalf("kind %d has name %q (duplicate or missing)", k, s)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/deadline"
 )
 
@@ -142,17 +144,32 @@ func BenchmarkIncomingConflicts(b *testing.B) {
 	}
 }
 
-// BenchmarkIncomingMalformed is a flood of malformed values: counted, and
-// logged at most once per WarnInterval.
+// BenchmarkIncomingMalformed is a flood of malformed values: counted, sent
+// to the Listener as events (none, or one that counts them), and logged at
+// most once per WarnInterval.
 func BenchmarkIncomingMalformed(b *testing.B) {
-	p := benchPropagator(b)
-	h := http.Header{"X-Request-Timeout-Ms": {"soon"}}
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, ok := p.Incoming(h); ok {
-				b.Fatal("accepted")
+	var n atomic.Int64
+	for _, bc := range []struct {
+		name string
+		l    watertight.Listener
+	}{
+		{"nolistener", nil},
+		{"listener", watertight.ListenerFunc(func(watertight.Event) { n.Add(1) })},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			p, err := deadline.New(deadline.Config{Logger: slog.New(slog.DiscardHandler), Listener: bc.l})
+			if err != nil {
+				b.Fatal(err)
 			}
-		}
-	})
+			h := http.Header{"X-Request-Timeout-Ms": {"soon"}}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, ok := p.Incoming(h); ok {
+						b.Fatal("accepted")
+					}
+				}
+			})
+		})
+	}
 }

@@ -138,15 +138,29 @@ type Config struct {
 	// Reason about the same header: incoming headers come from clients, and a hostile one must
 	// not flood the log. The warnings in between are not logged, only
 	// counted; the next line says how many were left out (suppressed=N).
-	// Every warning, logged or not, is counted by Warned. Zero means
-	// DefaultWarnInterval (10s); a negative value logs every warning.
+	// Every warning, logged or not, is counted by Warned and sent to
+	// Listener. Zero means DefaultWarnInterval (10s); a negative value logs
+	// every warning.
 	WarnInterval time.Duration
+	// Name labels the Propagator's events (watertight.Event.Name). It may
+	// be empty.
+	Name string
+	// Listener, if not nil, receives an EventBadInput for every incoming
+	// value warned about, logged or not (the rate limit of WarnInterval
+	// applies to the log only): Source "deadline", Name this Name, Key the
+	// header, in canonical form, and Reason the Reason's label
+	// ("malformed", "absurd"). It is called synchronously, in the goroutine
+	// that read the header, never under a lock; a client can send a bad
+	// value on every request, so it must return quickly (see
+	// watertight.Listener). If nil, no events are built and the clock is
+	// not read for them.
+	Listener watertight.Listener
 }
 
 // DefaultConfig returns the configuration that zero fields resolve to:
 // DefaultHeader, a margin of a tenth of the time left between 1ms and 100ms,
 // at most 5 minutes, no minimum, the default logger (nil), a warning of each
-// reason logged at most every 10 seconds.
+// reason logged at most every 10 seconds, no name and no listener.
 func DefaultConfig() Config {
 	return Config{
 		Header:         DefaultHeader,
@@ -285,7 +299,8 @@ func New(cfg Config) (*Propagator, error) {
 }
 
 // Config returns the resolved configuration: defaults filled in, Header in
-// canonical form, a negative Margin turned to 0. Logger is left as given.
+// canonical form, a negative Margin turned to 0. Logger, Name and Listener
+// are left as given.
 func (p *Propagator) Config() Config { return p.cfg }
 
 func (p *Propagator) logger() *slog.Logger {

@@ -48,9 +48,12 @@
 // the other values are used. A client cannot flood the log: the lines of one
 // reason about one header are at most one each Config.WarnInterval (10s),
 // the next saying how many were left out, and every warning is counted
-// (Propagator.Warned, for metrics). A well-formed value larger than
-// Config.Max is clamped to Max: a caller cannot make a server wait longer
-// than it is willing to. Parsing never panics (the parsers are fuzzed).
+// (Propagator.Warned, for metrics) and sent to Config.Listener as a
+// watertight.EventBadInput (Key the header, Reason "malformed" or "absurd"),
+// which the metrics exporters count as watertight_bad_input_total. A
+// well-formed value larger than Config.Max is clamped to Max: a caller cannot
+// make a server wait longer than it is willing to. Parsing never panics (the
+// parsers are fuzzed).
 //
 // # Fail fast
 //

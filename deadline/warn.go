@@ -5,10 +5,13 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/watertight-go/watertight"
 )
 
 // Reason says why an incoming value was warned about. Its String is a
-// stable label, for metrics.
+// stable label, for metrics: the Reason of the EventBadInput sent to
+// Config.Listener.
 type Reason uint8
 
 // The reasons of a warning, counted apart (Warned) and rate-limited apart
@@ -45,7 +48,10 @@ type warnLimit struct {
 // Warned returns how many incoming values have been warned about for reason
 // r since New, whether they were logged or, beyond the rate limit
 // (Config.WarnInterval), only counted. It is 0 for an unknown Reason. It is
-// for metrics: counters exported by a collector.
+// for metrics: counters exported by a collector. The same warnings reach
+// Config.Listener as events, by header and reason: with the listener a
+// metrics exporter (contrib/watertightprom, contrib/watertightotel), they
+// are counted as watertight_bad_input_total without further code.
 func (p *Propagator) Warned(r Reason) uint64 {
 	if r >= numReasons {
 		return 0
@@ -57,13 +63,23 @@ func (p *Propagator) Warned(r Reason) uint64 {
 	return n
 }
 
+// eventSource is the Source of the package's events.
+const eventSource = "deadline"
+
 // warn counts a warning of reason r about value v of s's header (want is
-// the parser's, for Malformed), and logs it unless a line of r about that
-// header was logged less than WarnInterval ago; a line logged after some
-// were left out says how many (suppressed). Only a line logged allocates.
+// the parser's, for Malformed), sends it to Config.Listener as an
+// EventBadInput, and logs it unless a line of r about that header was logged
+// less than WarnInterval ago; a line logged after some were left out says
+// how many (suppressed). Only a line logged allocates. No lock is held: the
+// listener may call back into p.
 func (p *Propagator) warn(s *source, r Reason, v, want string) {
 	w := &s.warns[r]
 	w.count.Add(1)
+	if l := p.cfg.Listener; l != nil {
+		watertight.Emit(l, watertight.Event{
+			Kind: watertight.EventBadInput, Source: eventSource, Name: p.cfg.Name, Key: s.header, Reason: r.String(),
+		})
+	}
 	if every := p.cfg.WarnInterval; every > 0 {
 		now := int64(time.Since(p.start)) // monotonic: immune to clock steps
 		next := w.next.Load()
