@@ -70,7 +70,10 @@ var (
 type HandlerConfig struct {
 	// Deadline reads the incoming deadline (HeaderTimeout by default),
 	// clamps it and checks it leaves enough time to start. If nil, the
-	// Handler uses deadline.New(deadline.DefaultConfig()).
+	// Handler uses deadline.New(deadline.DefaultConfig()) with this
+	// config's Name, Logger and Listener, so that its warnings about
+	// malformed or absurd timeout headers reach them (as EventBadInput
+	// events, see Listener). A Propagator given here keeps its own.
 	Deadline *deadline.Propagator
 	// Route returns the admission key of a request: each route has its own
 	// in-flight limit and queue. If nil, the key is r.Pattern when a
@@ -124,8 +127,11 @@ type HandlerConfig struct {
 	// the response has been written, never under a lock; it must not use
 	// the ResponseWriter.
 	OnShed func(r *http.Request, reason error)
-	// Logger receives the Handler's warnings (the first unknown
-	// HeaderCriticality value it sees). If nil, slog.Default().
+	// Logger receives the Handler's warnings: the first unknown
+	// HeaderCriticality value it sees and, when Deadline is nil, the
+	// default Propagator's warnings about malformed timeout headers
+	// (rate-limited: see deadline.Config.WarnInterval). If nil,
+	// slog.Default().
 	Logger *slog.Logger
 	// Name labels the Handler's events. It may be empty.
 	Name string
@@ -136,9 +142,24 @@ type HandlerConfig struct {
 	// reason OnShed gets. It is called after OnShed, in the request's
 	// goroutine, after the response has been written, never under a lock.
 	// Requests are shed in bursts under overload: it should return quickly
-	// (see watertight.Listener). If nil, no events are built.
+	// (see watertight.Listener).
+	//
+	// It also receives an EventBadInput, with Source "http", Name this
+	// Name, Key HeaderCriticality and Reason ReasonUnknownCriticality, for
+	// every request whose HeaderCriticality value is unknown (the log line
+	// is written once, the events are not limited), in the request's
+	// goroutine before the request goes on; and, when Deadline is nil, the
+	// default Propagator's EventBadInput for every malformed or absurd
+	// timeout value (Source "deadline", Key the header; see
+	// deadline.Config.Listener). If nil, no events are built.
 	Listener watertight.Listener
 }
+
+// ReasonUnknownCriticality is the Reason of the EventBadInput emitted for a
+// criticality value that names no criticality (see ParseCriticality), by
+// the Handler and by watertightgrpc's server interceptors: a stable label,
+// for metrics.
+const ReasonUnknownCriticality = "unknown_criticality"
 
 // eventSource is the Source of the package's events.
 const eventSource = "http"
@@ -152,7 +173,8 @@ const eventSource = "http"
 //     is ignored;
 //  2. read the criticality (HeaderCriticality) and put it on the context
 //     (CriticalityFrom), so that a Transport forwards it; an unknown value
-//     counts as Critical and is logged once;
+//     counts as Critical, is logged once and is counted every time (an
+//     EventBadInput to HandlerConfig.Listener);
 //  3. shed a request whose deadline has passed or leaves less than the
 //     Propagator's MinRemaining: it cannot be served in time;
 //  4. with HandlerConfig.Client set, reject a request whose client already
@@ -233,8 +255,10 @@ func NewMiddleware(cfg HandlerConfig) (func(http.Handler) http.Handler, error) {
 func newHandlerCore(cfg HandlerConfig) (*handlerCore, error) {
 	p := cfg.Deadline
 	if p == nil {
+		dc := deadline.DefaultConfig()
+		dc.Name, dc.Logger, dc.Listener = cfg.Name, cfg.Logger, cfg.Listener
 		var err error
-		p, err = deadline.New(deadline.DefaultConfig())
+		p, err = deadline.New(dc)
 		if err != nil {
 			return nil, fmt.Errorf("watertighthttp: HandlerConfig.Deadline: default propagator: %w", err)
 		}
@@ -353,9 +377,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	crit := Critical
 	if v := r.Header.Get(HeaderCriticality); v != "" {
 		c, err := ParseCriticality(v)
-		if err != nil && h.badCrit.CompareAndSwap(false, true) {
-			h.logger.Warn("watertighthttp: unknown criticality, taken as critical (logged once)",
-				"header", HeaderCriticality, "error", err)
+		if err != nil {
+			h.badCriticality(err)
 		}
 		crit = c
 		ctx = WithCriticality(ctx, crit)
@@ -397,6 +420,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.next.ServeHTTP(w, r)
+}
+
+// badCriticality logs the first unknown criticality value and sends an
+// EventBadInput for each.
+func (h *handler) badCriticality(err error) {
+	if h.badCrit.CompareAndSwap(false, true) {
+		h.logger.Warn("watertighthttp: unknown criticality, taken as critical (logged once)",
+			"header", HeaderCriticality, "error", err)
+	}
+	if h.listener != nil {
+		watertight.Emit(h.listener, watertight.Event{
+			Kind: watertight.EventBadInput, Source: eventSource, Name: h.name, Key: HeaderCriticality, Reason: ReasonUnknownCriticality,
+		})
+	}
 }
 
 // shedAdmission answers a request that admission refused.

@@ -229,10 +229,11 @@ func TestHandlerPutsCriticalityOnContext(t *testing.T) {
 	}
 	got := make(chan seen, 1)
 	var logs hLogBuffer
+	evs := &hEvents{}
 	srv, _ := hNewServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, ok := CriticalityFrom(r.Context())
 		got <- seen{c, ok}
-	}), HandlerConfig{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	}), HandlerConfig{Name: "front", Logger: slog.New(slog.NewTextHandler(&logs, nil)), Listener: evs})
 	client := hNewClient(t)
 	for _, tc := range []struct {
 		value string
@@ -255,6 +256,84 @@ func TestHandlerPutsCriticalityOnContext(t *testing.T) {
 	if n := strings.Count(logs.String(), "level=WARN"); n != 1 {
 		t.Errorf("unknown criticality logged %d times, want once:\n%s", n, logs.String())
 	}
+	// Logged once, counted every time.
+	got2 := evs.take()
+	if len(got2) != 2 {
+		t.Fatalf("events %+v, want 2 (one per unknown value)", got2)
+	}
+	for _, e := range got2 {
+		if e.Kind != watertight.EventBadInput || e.Source != "http" || e.Name != "front" || e.Key != HeaderCriticality ||
+			e.Reason != ReasonUnknownCriticality || e.Time.IsZero() {
+			t.Errorf("event %+v: want bad_input from http, name front, key %s, reason %s", e, HeaderCriticality, ReasonUnknownCriticality)
+		}
+	}
+}
+
+// A flood of bad client input reaches the metrics, not the log: 2,000
+// requests with a malformed X-Request-Timeout-Ms and an unknown
+// X-Criticality through NewHandler (and its own Propagator, which gets the
+// Handler's Name, Logger and Listener) give 2,000 EventBadInput events of
+// each, but one WARN line of each: the criticality's once, the deadline's
+// once per WarnInterval, the next saying how many were left out.
+func TestHandlerBadInputFlood(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs hLogBuffer
+		var malformed, unknown atomic.Int64
+		l := watertight.ListenerFunc(func(e watertight.Event) {
+			switch {
+			case e.Kind != watertight.EventBadInput || e.Name != "front" || e.Time.IsZero():
+			case e.Source == "deadline" && e.Key == deadline.DefaultHeader && e.Reason == deadline.Malformed.String():
+				malformed.Add(1)
+				return
+			case e.Source == "http" && e.Key == HeaderCriticality && e.Reason == ReasonUnknownCriticality:
+				unknown.Add(1)
+				return
+			}
+			t.Errorf("unexpected event %+v", e)
+		})
+		h, err := NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNoContent)
+		}), HandlerConfig{Name: "front", Logger: slog.New(slog.NewTextHandler(&logs, nil)), Listener: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := func(msg string) []string {
+			var out []string
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, "level=WARN") && strings.Contains(line, msg) {
+					out = append(out, line)
+				}
+			}
+			return out
+		}
+		const n = 2000
+		send := func(i int) {
+			v := []string{"soon", "-1", "1.5", "1e3", " 2 5"}[i%5]
+			if w := hServe(h, http.MethodGet, "/", map[string]string{HeaderTimeout: v, HeaderCriticality: "urgent"}); w.Code != http.StatusNoContent {
+				t.Fatalf("request %d: status %d, want 204 (bad input is ignored)", i, w.Code)
+			}
+		}
+		for i := range n {
+			send(i)
+		}
+		if m, u := malformed.Load(), unknown.Load(); m != n || u != n {
+			t.Fatalf("%d malformed and %d unknown_criticality events, want %d of each", m, u, n)
+		}
+		dl, crit := lines("malformed timeout header"), lines("unknown criticality")
+		if len(dl) != 1 || len(crit) != 1 {
+			t.Fatalf("%d deadline and %d criticality WARN lines for %d bad requests, want 1 and 1:\n%.3000s", len(dl), len(crit), n, logs.String())
+		}
+		time.Sleep(deadline.DefaultWarnInterval)
+		send(n)
+		dl, crit = lines("malformed timeout header"), lines("unknown criticality")
+		if len(dl) != 2 || !strings.Contains(dl[1], fmt.Sprintf("suppressed=%d", n-1)) || len(crit) != 1 {
+			t.Fatalf("after the interval: %d deadline lines (want 2, the second with suppressed=%d) and %d criticality lines (want 1):\n%.3000s",
+				len(dl), n-1, len(crit), logs.String())
+		}
+		if m, u := malformed.Load(), unknown.Load(); m != n+1 || u != n+1 {
+			t.Fatalf("%d malformed and %d unknown_criticality events, want %d of each", m, u, n+1)
+		}
+	})
 }
 
 // ---- admission end to end ---------------------------------------------------------

@@ -96,7 +96,8 @@ type ServerConfig struct {
 	// (its Config.MinRemaining: zero sheds only requests whose deadline has
 	// passed) and the longest deadline accepted (Config.Max: a longer
 	// grpc-timeout is cut to it). gRPC itself sets the request's deadline
-	// from grpc-timeout. If nil, deadline.New(deadline.DefaultConfig()).
+	// from grpc-timeout. If nil, deadline.New(deadline.DefaultConfig())
+	// with this config's Name, Logger and Listener.
 	Deadline *deadline.Propagator
 	// Method returns the admission key of a call from its full method name
 	// ("/package.Service/Method"): each key has its own in-flight limit and
@@ -162,9 +163,12 @@ type ServerConfig struct {
 	// key and Reason and Err saying why (Err matches ErrMethodFull,
 	// ErrQueueGaveUp, ErrDisplaced, ErrClientLimit, ErrClientOverflow or
 	// deadline.ErrTooShort),
-	// for every request shed or rejected without running the handler. It
-	// is called in the request's goroutine, never under a lock. If nil, no
-	// events.
+	// for every request shed or rejected without running the handler; and
+	// an EventBadInput, with Source "grpc", Key MetadataCriticality and
+	// Reason watertighthttp.ReasonUnknownCriticality, for every request
+	// whose x-criticality value is unknown (the log line is written once,
+	// the events are not limited). It is called in the request's
+	// goroutine, never under a lock. If nil, no events.
 	Listener watertight.Listener
 	// Logger receives the interceptors' warnings (the first unknown
 	// x-criticality value they see). If nil, slog.Default().
@@ -177,7 +181,8 @@ type ServerConfig struct {
 //  1. read the criticality (MetadataCriticality) and put it on the context
 //     (watertighthttp.WithCriticality), so that the client interceptors and
 //     watertighthttp's Transport forward it; an unknown value counts as
-//     critical and is logged once;
+//     critical, is logged once and is counted every time (an
+//     EventBadInput to ServerConfig.Listener);
 //  2. cut a deadline longer than the Propagator's Max;
 //  3. shed a request whose deadline has passed or leaves less than the
 //     Propagator's MinRemaining: UNAVAILABLE;
@@ -311,7 +316,9 @@ func newServer(cfg ServerConfig) (*server, error) {
 		logger:     cfg.Logger,
 	}
 	if s.dl == nil {
-		p, err := deadline.New(deadline.DefaultConfig())
+		dc := deadline.DefaultConfig()
+		dc.Name, dc.Logger, dc.Listener = cfg.Name, cfg.Logger, cfg.Listener
+		p, err := deadline.New(dc)
 		if err != nil {
 			return nil, err
 		}
@@ -431,14 +438,25 @@ func (s *server) criticality(ctx context.Context) (context.Context, watertightht
 		return ctx, watertighthttp.Critical
 	}
 	c, err := watertighthttp.ParseCriticality(vs[0])
-	if err != nil && s.badCrit.CompareAndSwap(false, true) {
+	if err != nil {
+		s.badCriticality(err)
+	}
+	return watertighthttp.WithCriticality(ctx, c), c
+}
+
+// badCriticality logs the first unknown criticality value and sends an
+// EventBadInput for each.
+func (s *server) badCriticality(err error) {
+	if s.badCrit.CompareAndSwap(false, true) {
 		l := s.logger
 		if l == nil {
 			l = slog.Default()
 		}
 		l.Warn("watertightgrpc: unknown criticality, taken as critical (logged once)", "metadata", MetadataCriticality, "error", err)
 	}
-	return watertighthttp.WithCriticality(ctx, c), c
+	watertight.Emit(s.listener, watertight.Event{
+		Kind: watertight.EventBadInput, Source: "grpc", Name: s.name, Key: MetadataCriticality, Reason: watertighthttp.ReasonUnknownCriticality,
+	})
 }
 
 // held is what a request admitted by guard holds until its handler

@@ -320,7 +320,8 @@ func TestServerCutsLongDeadlines(t *testing.T) {
 
 func TestServerCriticality(t *testing.T) {
 	var buf bytes.Buffer
-	icpt := serverInterceptor(t, watertightgrpc.ServerConfig{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	evs := &events{}
+	icpt := serverInterceptor(t, watertightgrpc.ServerConfig{Name: "api", Listener: evs, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	var got watertighthttp.Criticality
 	var ok bool
 	h := func(ctx context.Context, _ any) (any, error) {
@@ -348,6 +349,17 @@ func TestServerCriticality(t *testing.T) {
 	}
 	if err := newRequest(context.Background(), methodCall).run(icpt, h); err != nil || ok {
 		t.Fatalf("without metadata the handler saw a criticality (%v)", err)
+	}
+	// Logged once, counted every time: one event per unknown value.
+	bad := evs.of(watertight.EventBadInput)
+	if len(bad) != 2 || len(evs.of(watertight.EventShed)) != 0 {
+		t.Fatalf("bad_input events %+v, want 2 (and no shed)", bad)
+	}
+	for _, e := range bad {
+		if e.Source != "grpc" || e.Name != "api" || e.Key != watertightgrpc.MetadataCriticality ||
+			e.Reason != watertighthttp.ReasonUnknownCriticality || e.Time.IsZero() {
+			t.Errorf("event %+v: want Source grpc, Name api, Key %s, Reason %s", e, watertightgrpc.MetadataCriticality, watertighthttp.ReasonUnknownCriticality)
+		}
 	}
 }
 
