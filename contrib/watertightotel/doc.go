@@ -9,12 +9,12 @@
 // call beyond the counters the protection already keeps.
 //
 // What snapshots do not hold — retries scheduled, exhausted and skipped,
-// shed requests, breaker transitions, fallbacks — comes from events:
-// Metrics is also a watertight.Listener, to set as the Listener of the
-// protections' Configs; it counts events in memory and reports the counts
-// through the same callback. Call latency is opt-in: Metrics.Latency returns
-// a watertight.Policy that records the duration of the calls through it into
-// a histogram.
+// shed requests, breaker transitions, fallbacks, bad client input — comes
+// from events: Metrics is also a watertight.Listener, to set as the
+// Listener of the protections' Configs; it counts events in memory and
+// reports the counts through the same callback. Call latency is opt-in:
+// Metrics.Latency returns a watertight.Policy that records the duration of
+// the calls through it into a histogram.
 //
 // Names follow OpenTelemetry's conventions: watertight.<pattern>.<what>
 // ("watertight.circuit.state", "watertight.bulkhead.active"), units in UCUM

@@ -20,7 +20,8 @@ import (
 // hashes the event's attributes into a map that is read without a lock (an atomic
 // load), then adds one to an atomic counter; an attribute set seen for the
 // first time takes a mutex. For a skipped retry or a shed request it also matches
-// the event's error against the known reasons (errors.Is). It is far cheaper
+// the event's error against the known reasons (errors.Is); for bad client
+// input it looks the reason up among the known labels. It is far cheaper
 // than the call that caused the event, but it is not free: the events of a
 // hot path (rejections by an open breaker) each pay it.
 func (m *Metrics) OnEvent(e watertight.Event) {
@@ -62,6 +63,8 @@ func (m *Metrics) observeEvents(o metric.Observer) {
 			add(in.shed, v, name, key, attrReason.String(k.A))
 		case watertight.EventFallbackUsed:
 			add(in.fallbackUsed, v, name, key)
+		case watertight.EventBadInput:
+			add(in.badInput, v, name, attrHeader.String(validUTF8(k.Key)), attrReason.String(k.A))
 		}
 	})
 	for k, v := range sums {

@@ -32,6 +32,9 @@ func TestEvents(t *testing.T) {
 	emit(3, watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /x", Err: fmt.Errorf("r: %w", watertighthttp.ErrRouteFull)})
 	emit(1, watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /x", Err: deadline.ErrTooShort})
 	emit(1, watertight.Event{Kind: watertight.EventFallbackUsed, Source: "fallback", Name: "recs"})
+	emit(3, watertight.Event{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: "X-Request-Timeout-Ms", Reason: "malformed"})
+	emit(1, watertight.Event{Kind: watertight.EventBadInput, Source: "http", Name: "api", Key: "X-Criticality", Reason: "unknown_criticality"})
+	emit(2, watertight.Event{Kind: watertight.EventBadInput, Source: "http", Name: "api", Key: "X-Criticality", Reason: "words of a client"})
 
 	got, kinds := h.collect(t)
 	want(t, got, map[string]float64{
@@ -48,10 +51,18 @@ func TestEvents(t *testing.T) {
 		`watertight.events{event="retry_scheduled",source="retry",watertight.name="payments"}`:                3,
 		`watertight.events{event="retry_scheduled",source="http",watertight.name="payments"}`:                 2,
 		`watertight.events{event="shed",source="http",watertight.name="api"}`:                                 4,
+		`watertight.bad_input{header="X-Request-Timeout-Ms",reason="malformed",watertight.name="api"}`:        3,
+		`watertight.bad_input{header="X-Criticality",reason="unknown_criticality",watertight.name="api"}`:     1,
+		`watertight.bad_input{header="X-Criticality",reason="other",watertight.name="api"}`:                   2,
+		`watertight.events{event="bad_input",source="deadline",watertight.name="api"}`:                        3,
+		`watertight.events{event="bad_input",source="http",watertight.name="api"}`:                            3,
 		`watertight.events_overflow{}`: 0,
 	})
 	if k := kinds["watertight.shed"]; k.kind != "counter" || k.unit != "{request}" {
 		t.Errorf("watertight.shed is %+v", k)
+	}
+	if k := kinds["watertight.bad_input"]; k.kind != "counter" || k.unit != "{value}" {
+		t.Errorf("watertight.bad_input is %+v", k)
 	}
 }
 
@@ -71,10 +82,15 @@ func TestEventSeriesBound(t *testing.T) {
 
 func TestOnEventAllocatesNothing(t *testing.T) {
 	h := newHarness(t, watertightotel.Config{})
-	e := watertight.Event{Kind: watertight.EventRejected, Source: "circuit", Name: "payments", Key: "eu"}
-	h.m.OnEvent(e)
-	if n := testing.AllocsPerRun(100, func() { h.m.OnEvent(e) }); n != 0 {
-		t.Errorf("OnEvent allocates %v times per call", n)
+	for _, e := range []watertight.Event{
+		{Kind: watertight.EventRejected, Source: "circuit", Name: "payments", Key: "eu"},
+		{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: "X-Request-Timeout-Ms", Reason: "malformed"},
+	} {
+		h.m.OnEvent(e)
+		h.m.OnEvent(e)
+		if n := testing.AllocsPerRun(100, func() { h.m.OnEvent(e) }); n != 0 {
+			t.Errorf("OnEvent(%v) allocates %v times per call", e.Kind, n)
+		}
 	}
 }
 

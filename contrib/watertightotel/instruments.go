@@ -23,7 +23,7 @@ type instruments struct {
 
 	events, eventsOverflow, circuitTransitions   metric.Int64Observable
 	retryScheduled, retryExhausted, retrySkipped metric.Int64Observable
-	shed, fallbackUsed                           metric.Int64Observable
+	shed, fallbackUsed, badInput                 metric.Int64Observable
 
 	hedgeCalls, hedgeNotIdempotent, hedgeHedgedCalls, hedgeSent, hedgeWon, hedgeSuppressed metric.Int64Observable
 	hedgeDelay                                                                             metric.Float64Observable
@@ -106,5 +106,6 @@ func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
 	in.hedgeOverloaded = gauge("watertight.hedge.overloaded", "{state}", "1 while the hedge policy is in its overload cool-down (no hedges), 0 otherwise.")
 	in.shed = counter("watertight.shed", "{request}", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, client_limit, client_overflow, deadline, other (events).")
 	in.fallbackUsed = counter("watertight.fallback.used", "{call}", "Calls a fallback answered instead of the primary (events).")
+	in.badInput = counter("watertight.bad_input", "{value}", "Values clients sent (headers) that were malformed or out of range and were ignored or clamped, by header and reason: malformed, absurd, unknown_criticality, other (events).")
 	return all, errors.Join(errs...)
 }

@@ -52,6 +52,7 @@ var (
 	attrTo      = attribute.Key("to")
 	attrSource  = attribute.Key("source")
 	attrEvent   = attribute.Key("event")
+	attrHeader  = attribute.Key("header")
 )
 
 // Config configures Metrics. The zero value is valid: the global

@@ -20,7 +20,7 @@ type descs struct {
 
 	events, eventsOverflow, circuitTransitions   *prometheus.Desc
 	retryScheduled, retryExhausted, retrySkipped *prometheus.Desc
-	shed, fallbackUsed                           *prometheus.Desc
+	shed, fallbackUsed, badInput                 *prometheus.Desc
 
 	hedgeCalls, hedgeNotIdempotent, hedgeHedgedCalls, hedgeSent, hedgeWon *prometheus.Desc
 	hedgeSuppressed, hedgeDelay, hedgeOverloaded                          *prometheus.Desc
@@ -91,6 +91,7 @@ func (d *descs) init(constLabels prometheus.Labels) error {
 	d.retrySkipped = nd("watertight_retry_skipped_total", "Retryable failures that were not retried, by reason: not_idempotent, no_time, no_budget, body_not_replayable, other (events).", "name", "key", "reason")
 	d.shed = nd("watertight_shed_total", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, client_limit, client_overflow, deadline, other (events).", "name", "key", "reason")
 	d.fallbackUsed = nd("watertight_fallback_used_total", "Calls a fallback answered instead of the primary (events).", nk...)
+	d.badInput = nd("watertight_bad_input_total", "Values clients sent (headers) that were malformed or out of range and were ignored or clamped, by header and reason: malformed, absurd, unknown_criticality, other (events).", "name", "header", "reason")
 	return first
 }
 

@@ -9,11 +9,11 @@
 // nothing per call beyond the counters the protection already keeps.
 //
 // What snapshots do not hold — retries scheduled, exhausted and skipped,
-// shed requests, breaker transitions, fallbacks — comes from events:
-// the Collector is also a watertight.Listener, to set as the Listener of the
-// protections' Configs (see OnEvent for its cost). Call latency is opt-in:
-// Collector.Latency returns a watertight.Policy that observes the duration of
-// the calls through it into a histogram.
+// shed requests, breaker transitions, fallbacks, bad client input — comes
+// from events: the Collector is also a watertight.Listener, to set as the
+// Listener of the protections' Configs (see OnEvent for its cost). Call
+// latency is opt-in: Collector.Latency returns a watertight.Policy that
+// observes the duration of the calls through it into a histogram.
 //
 // Every metric is named watertight_<pattern>_<what> after Prometheus's
 // naming practices: base units, counters end in _total, durations in

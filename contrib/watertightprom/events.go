@@ -15,7 +15,8 @@ import (
 // the event's labels into a map that is read without a lock (an atomic
 // load), then adds one to an atomic counter; a label set seen for the first
 // time takes a mutex. For a skipped retry or a shed request it also matches
-// the event's error against the known reasons (errors.Is). It is far cheaper
+// the event's error against the known reasons (errors.Is); for bad client
+// input it looks the reason up among the known labels. It is far cheaper
 // than the call that caused the event, but it is not free: the events of a
 // hot path (rejections by an open breaker) each pay it.
 func (c *Collector) OnEvent(e watertight.Event) {
@@ -58,6 +59,8 @@ func (c *Collector) collectEvents(ch chan<- prometheus.Metric) {
 			add(d.shed, v, k.Name, k.Key, k.A)
 		case watertight.EventFallbackUsed:
 			add(d.fallbackUsed, v, k.Name, k.Key)
+		case watertight.EventBadInput:
+			add(d.badInput, v, k.Name, k.Key, k.A)
 		}
 	})
 	for k, v := range sums {

@@ -51,37 +51,49 @@ func TestEvents(t *testing.T) {
 	emit(1, watertight.Event{Kind: watertight.EventFallbackUsed, Source: "fallback", Name: "recommendations", Err: errBoom})
 	emit(5, watertight.Event{Kind: watertight.EventRejected, Source: "circuit", Name: "hosts", Key: "eu"})
 	emit(1, watertight.Event{Kind: watertight.EventStateChange, Source: "lab", Name: "machine", From: "a", To: "b"})
+	emit(3, watertight.Event{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: "X-Request-Timeout-Ms", Reason: "malformed"})
+	emit(1, watertight.Event{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: "Grpc-Timeout", Reason: "absurd"})
+	emit(2, watertight.Event{Kind: watertight.EventBadInput, Source: "http", Name: "api", Key: "X-Criticality", Reason: "unknown_criticality"})
+	emit(1, watertight.Event{Kind: watertight.EventBadInput, Source: "grpc", Name: "api", Key: "x-criticality", Reason: "unknown_criticality"})
+	emit(2, watertight.Event{Kind: watertight.EventBadInput, Source: "http", Name: "api", Key: "X-Criticality", Reason: "a client's own words"})
 
 	got := scrape(t, c)
 	want(t, got, map[string]float64{
-		`watertight_circuit_transitions_total{from="closed",key="eu",name="hosts",to="open"}`:    2,
-		`watertight_circuit_transitions_total{from="open",key="eu",name="hosts",to="half-open"}`: 1,
-		`watertight_retry_scheduled_total{key="",name="payments"}`:                               5,
-		`watertight_retry_exhausted_total{key="",name="payments"}`:                               1,
-		`watertight_retry_skipped_total{key="",name="payments",reason="no_time"}`:                1,
-		`watertight_retry_skipped_total{key="",name="payments",reason="not_idempotent"}`:         1,
-		`watertight_retry_skipped_total{key="",name="payments",reason="no_budget"}`:              2,
-		`watertight_retry_skipped_total{key="",name="payments",reason="body_not_replayable"}`:    1,
-		`watertight_retry_skipped_total{key="",name="payments",reason="other"}`:                  1,
-		`watertight_retry_skipped_total{key="",name="words",reason="not_idempotent"}`:            1,
-		`watertight_retry_skipped_total{key="",name="words",reason="no_time"}`:                   1,
-		`watertight_retry_skipped_total{key="",name="words",reason="no_budget"}`:                 1,
-		`watertight_retry_skipped_total{key="",name="words",reason="body_not_replayable"}`:       1,
-		`watertight_events_total{event="hedge_sent",name="search",source="hedge"}`:               4,
-		`watertight_events_total{event="hedge_won",name="search",source="hedge"}`:                1,
-		`watertight_events_total{event="hedge_suppressed",name="search",source="hedge"}`:         3,
-		`watertight_shed_total{key="GET /items",name="api",reason="route_full"}`:                 2,
-		`watertight_shed_total{key="GET /items",name="api",reason="displaced"}`:                  1,
-		`watertight_shed_total{key="GET /items",name="api",reason="queue_gave_up"}`:              2,
-		`watertight_shed_total{key="GET /items",name="api",reason="deadline"}`:                   1,
-		`watertight_fallback_used_total{key="",name="recommendations"}`:                          1,
-		`watertight_events_total{event="rejected",name="hosts",source="circuit"}`:                5,
-		`watertight_events_total{event="state_change",name="hosts",source="circuit"}`:            3,
-		`watertight_events_total{event="retry_scheduled",name="payments",source="retry"}`:        3,
-		`watertight_events_total{event="retry_scheduled",name="payments",source="http"}`:         2,
-		`watertight_events_total{event="shed",name="api",source="http"}`:                         5,
-		`watertight_events_total{event="state_change",name="machine",source="lab"}`:              1,
-		`watertight_events_overflow_total{}`:                                                     0,
+		`watertight_circuit_transitions_total{from="closed",key="eu",name="hosts",to="open"}`:        2,
+		`watertight_circuit_transitions_total{from="open",key="eu",name="hosts",to="half-open"}`:     1,
+		`watertight_retry_scheduled_total{key="",name="payments"}`:                                   5,
+		`watertight_retry_exhausted_total{key="",name="payments"}`:                                   1,
+		`watertight_retry_skipped_total{key="",name="payments",reason="no_time"}`:                    1,
+		`watertight_retry_skipped_total{key="",name="payments",reason="not_idempotent"}`:             1,
+		`watertight_retry_skipped_total{key="",name="payments",reason="no_budget"}`:                  2,
+		`watertight_retry_skipped_total{key="",name="payments",reason="body_not_replayable"}`:        1,
+		`watertight_retry_skipped_total{key="",name="payments",reason="other"}`:                      1,
+		`watertight_retry_skipped_total{key="",name="words",reason="not_idempotent"}`:                1,
+		`watertight_retry_skipped_total{key="",name="words",reason="no_time"}`:                       1,
+		`watertight_retry_skipped_total{key="",name="words",reason="no_budget"}`:                     1,
+		`watertight_retry_skipped_total{key="",name="words",reason="body_not_replayable"}`:           1,
+		`watertight_events_total{event="hedge_sent",name="search",source="hedge"}`:                   4,
+		`watertight_events_total{event="hedge_won",name="search",source="hedge"}`:                    1,
+		`watertight_events_total{event="hedge_suppressed",name="search",source="hedge"}`:             3,
+		`watertight_shed_total{key="GET /items",name="api",reason="route_full"}`:                     2,
+		`watertight_shed_total{key="GET /items",name="api",reason="displaced"}`:                      1,
+		`watertight_shed_total{key="GET /items",name="api",reason="queue_gave_up"}`:                  2,
+		`watertight_shed_total{key="GET /items",name="api",reason="deadline"}`:                       1,
+		`watertight_fallback_used_total{key="",name="recommendations"}`:                              1,
+		`watertight_events_total{event="rejected",name="hosts",source="circuit"}`:                    5,
+		`watertight_events_total{event="state_change",name="hosts",source="circuit"}`:                3,
+		`watertight_events_total{event="retry_scheduled",name="payments",source="retry"}`:            3,
+		`watertight_events_total{event="retry_scheduled",name="payments",source="http"}`:             2,
+		`watertight_events_total{event="shed",name="api",source="http"}`:                             5,
+		`watertight_events_total{event="state_change",name="machine",source="lab"}`:                  1,
+		`watertight_bad_input_total{header="X-Request-Timeout-Ms",name="api",reason="malformed"}`:    3,
+		`watertight_bad_input_total{header="Grpc-Timeout",name="api",reason="absurd"}`:               1,
+		`watertight_bad_input_total{header="X-Criticality",name="api",reason="unknown_criticality"}`: 2,
+		`watertight_bad_input_total{header="x-criticality",name="api",reason="unknown_criticality"}`: 1,
+		`watertight_bad_input_total{header="X-Criticality",name="api",reason="other"}`:               2,
+		`watertight_events_total{event="bad_input",name="api",source="deadline"}`:                    4,
+		`watertight_events_total{event="bad_input",name="api",source="http"}`:                        4,
+		`watertight_events_overflow_total{}`:                                                         0,
 	})
 	absent(t, got, `watertight_circuit_transitions_total{from="a"`) // not a breaker
 	absent(t, got, `watertight_hedge_`)                             // hedges come from AddHedge's snapshots
@@ -121,6 +133,8 @@ func TestOnEventAllocatesNothing(t *testing.T) {
 		{Kind: watertight.EventStateChange, Source: "circuit", Name: "payments", From: "closed", To: "open"},
 		{Kind: watertight.EventShed, Source: "http", Name: "api", Err: watertighthttp.ErrRouteFull},
 		{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "p", Reason: retry.ErrNoTime.Error()},
+		{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: "X-Request-Timeout-Ms", Reason: "malformed"},
+		{Kind: watertight.EventBadInput, Source: "http", Name: "api", Key: "X-Criticality", Reason: "not a label"},
 	}
 	for _, e := range events {
 		c.OnEvent(e) // first sight of each label set

@@ -7,6 +7,7 @@ package watertightprom_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -111,4 +112,47 @@ func TestHandlerShedEvents(t *testing.T) {
 	want(t, scrape(t, c), map[string]float64{
 		`watertight_shed_total{key="items",name="api",reason="route_full"}`: 1,
 	})
+}
+
+// Bad client input through a real Handler on 127.0.0.1, with the Collector
+// as its Listener: every malformed timeout header (warned about by the
+// Handler's own Propagator, which logs one line) and every unknown
+// criticality is counted in watertight_bad_input_total.
+func TestHandlerBadInput(t *testing.T) {
+	c := newCollector(t, watertightprom.Config{})
+	h, err := watertighthttp.NewHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}), watertighthttp.HandlerConfig{
+		Name: "api", Listener: c, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	client := srv.Client()
+	const n = 50
+	for i := range n {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+		req.Header.Set(watertighthttp.HeaderTimeout, []string{"soon", "-1", "1.5"}[i%3])
+		if i%10 == 0 {
+			req.Header.Set(watertighthttp.HeaderCriticality, "urgent")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("request %d: %s, want 204 (bad input is ignored)", i, resp.Status)
+		}
+	}
+	got := scrape(t, c)
+	want(t, got, map[string]float64{
+		`watertight_bad_input_total{header="X-Request-Timeout-Ms",name="api",reason="malformed"}`:    n,
+		`watertight_bad_input_total{header="X-Criticality",name="api",reason="unknown_criticality"}`: n / 10,
+		`watertight_events_total{event="bad_input",name="api",source="deadline"}`:                    n,
+		`watertight_events_total{event="bad_input",name="api",source="http"}`:                        n / 10,
+	})
+	absent(t, got, `watertight_shed_total`)
 }

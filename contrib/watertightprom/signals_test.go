@@ -125,6 +125,7 @@ func everySignal(t *testing.T) *watertightprom.Collector {
 		{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "payments", Err: retry.ErrNoTime},
 		{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /", Err: errors.New("x")},
 		{Kind: watertight.EventFallbackUsed, Source: "fallback", Name: "payments"},
+		{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: "X-Request-Timeout-Ms", Reason: "malformed"},
 	} {
 		c.OnEvent(e)
 	}

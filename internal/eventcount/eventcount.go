@@ -1,7 +1,7 @@
 // Package eventcount counts watertight events by a bounded label set, for
 // the metrics adapters (contrib/watertightprom, contrib/watertightotel): which labels an
-// event is counted under (KeyOf, with the reasons of skipped retries and
-// shed requests mapped to a few fixed values), and a counter map that adds
+// event is counted under (KeyOf, with the reasons of skipped retries, shed
+// requests and bad client input mapped to a few fixed values), and a counter map that adds
 // to a label set already seen without a lock or an allocation.
 package eventcount
 
@@ -27,7 +27,10 @@ type Key struct {
 
 // KeyOf returns the label set of e: its kind, source, name and key, plus
 // From and To for a state change and a bounded reason for a skipped retry
-// (SkipReason) or a shed request (ShedReason).
+// (SkipReason), a shed request (ShedReason) or bad client input
+// (BadInputReason). The key of bad input is the header it came in, which
+// the emitter takes from its configuration, never from the request: it is
+// kept as it is.
 func KeyOf(e watertight.Event) Key {
 	k := Key{Kind: e.Kind, Source: e.Source, Name: e.Name, Key: e.Key}
 	switch e.Kind {
@@ -37,8 +40,29 @@ func KeyOf(e watertight.Event) Key {
 		k.A = SkipReason(e)
 	case watertight.EventShed:
 		k.A = ShedReason(e)
+	case watertight.EventBadInput:
+		k.A = BadInputReason(e)
 	}
 	return k
+}
+
+// badInputLabels are the values BadInputReason gives, but "other": the
+// Reasons the emitters put on an EventBadInput.
+var badInputLabels = map[string]bool{
+	deadline.Malformed.String():             true, // "malformed"
+	deadline.Absurd.String():                true, // "absurd"
+	watertighthttp.ReasonUnknownCriticality: true, // "unknown_criticality"
+}
+
+// BadInputReason maps bad client input (EventBadInput) to a bounded label
+// value: e.Reason when it is one of the stable labels the emitters use
+// ("malformed", "absurd", "unknown_criticality"), else "other". The event
+// is driven by clients, so nothing they send may add a series.
+func BadInputReason(e watertight.Event) string {
+	if badInputLabels[e.Reason] {
+		return e.Reason
+	}
+	return "other"
 }
 
 // SkipReason maps a skipped retry to a bounded label value: from the

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/deadline"
 	"github.com/watertight-go/watertight/internal/eventcount"
 	"github.com/watertight-go/watertight/retry"
 	"github.com/watertight-go/watertight/watertighthttp"
@@ -29,6 +30,11 @@ func TestKeyOf(t *testing.T) {
 		{watertight.Event{Kind: watertight.EventShed, Reason: "client_overflow"}, "client_overflow", ""},
 		{watertight.Event{Kind: watertight.EventShed, Reason: "free text"}, "other", ""},
 		{watertight.Event{Kind: watertight.EventRejected, Reason: "unbounded text is not a label"}, "", ""},
+		{watertight.Event{Kind: watertight.EventBadInput, Key: "X-Request-Timeout-Ms", Reason: "malformed"}, "malformed", ""},
+		{watertight.Event{Kind: watertight.EventBadInput, Key: "Grpc-Timeout", Reason: "absurd"}, "absurd", ""},
+		{watertight.Event{Kind: watertight.EventBadInput, Key: "X-Criticality", Reason: "unknown_criticality"}, "unknown_criticality", ""},
+		{watertight.Event{Kind: watertight.EventBadInput, Key: "X-Criticality", Reason: "value \"urgent\" names no criticality"}, "other", ""},
+		{watertight.Event{Kind: watertight.EventBadInput, Key: "X-Criticality"}, "other", ""},
 	} {
 		k := eventcount.KeyOf(c.e)
 		if k.A != c.a || k.B != c.b || k.Kind != c.e.Kind {
@@ -91,4 +97,35 @@ func TestRegisterShedReason(t *testing.T) {
 		}
 	}()
 	eventcount.RegisterShedReason(errMine, "free text")
+}
+
+// The labels of bad input: the reason is bounded whatever the event says,
+// and the key (the header, from the emitter's configuration) is kept, also
+// for a header that is none of the package constants.
+func TestKeyOfBadInput(t *testing.T) {
+	for _, r := range []deadline.Reason{deadline.Malformed, deadline.Absurd} {
+		e := watertight.Event{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: deadline.DefaultHeader, Reason: r.String()}
+		if k := eventcount.KeyOf(e); k.A != r.String() || k.Key != deadline.DefaultHeader || k.Name != "api" || k.Source != "deadline" || k.B != "" {
+			t.Errorf("KeyOf(%+v) = %+v", e, k)
+		}
+	}
+	e := watertight.Event{Kind: watertight.EventBadInput, Source: "http", Key: watertighthttp.HeaderCriticality, Reason: watertighthttp.ReasonUnknownCriticality}
+	if k := eventcount.KeyOf(e); k.A != "unknown_criticality" || k.Key != watertighthttp.HeaderCriticality {
+		t.Errorf("KeyOf(%+v) = %+v", e, k)
+	}
+	e = watertight.Event{Kind: watertight.EventBadInput, Source: "deadline", Key: "X-My-Timeout", Reason: "malformed"}
+	if k := eventcount.KeyOf(e); k.Key != "X-My-Timeout" || k.A != "malformed" {
+		t.Errorf("a configured header is not kept: KeyOf(%+v) = %+v", e, k)
+	}
+	// Whatever reasons arrive, they make at most the four label values.
+	seen := map[string]bool{}
+	for i := range 1000 {
+		seen[eventcount.BadInputReason(watertight.Event{Kind: watertight.EventBadInput, Reason: fmt.Sprint("reason ", i)})] = true
+	}
+	for _, r := range []string{"malformed", "absurd", "unknown_criticality", ""} {
+		seen[eventcount.BadInputReason(watertight.Event{Kind: watertight.EventBadInput, Reason: r})] = true
+	}
+	if len(seen) != 4 || !seen["other"] || !seen["malformed"] || !seen["absurd"] || !seen["unknown_criticality"] {
+		t.Errorf("label values %v, want malformed, absurd, unknown_criticality, other", seen)
+	}
 }
