@@ -328,7 +328,7 @@ func dlResult(p dlParams, opts Options, configs []string, tallies map[string]*dl
 		"not propagate cancellation, a service in another language, or Go code that detaches from the request's context). "+
 		"fixed-timeouts+cancel: the same timeouts derived from the request's context, so that Go's net/http cancels a hop when "+
 		"its caller closes the connection. propagated: each hop works under the caller's remaining time (package deadline, "+
-		"X-Request-Timeout-Ms), sends the rest on minus a %v margin, and refuses to start with less than %v left. "+
+		"X-Request-Timeout-Ms), sends the rest on minus a margin (10%% of the time left, at most %v), and refuses to start with less than %v left. "+
 		"Real time on a real network stack; one run per configuration; took %v.",
 		p.workBase, p.workBase+p.workSpread, p.requests, p.interval, p.clientTimeout, p.fixedTimeout, p.margin, p.minRemaining,
 		took.Round(100*time.Millisecond))
