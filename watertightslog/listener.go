@@ -74,6 +74,7 @@ var messages = [256]string{
 	watertight.EventFaultInjected:   "watertight: fault injected",
 	watertight.EventReplayed:        "watertight: result replayed",
 	watertight.EventDropped:         "watertight: queued task dropped",
+	watertight.EventBadInput:        "watertight: bad input ignored",
 }
 
 // NewListener returns a Listener that logs each event to logger (if nil,

@@ -205,3 +205,17 @@ func TestBehindAsyncListener(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// Every kind of event has a message of its own, not the generic
+// "watertight: event" of an unknown kind.
+func TestEveryKindHasAMessage(t *testing.T) {
+	var buf bytes.Buffer
+	l := watertightslog.NewListener(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), watertightslog.Options{})
+	for k := watertight.EventKind(1); k.String() != "unknown"; k++ {
+		buf.Reset()
+		l.OnEvent(watertight.Event{Kind: k, Source: "test"})
+		if out := buf.String(); !strings.Contains(out, "msg=\"watertight: ") || strings.Contains(out, "msg=\"watertight: event\"") {
+			t.Errorf("%v: logged %q, want a message of its own", k, out)
+		}
+	}
+}
