@@ -560,7 +560,7 @@ func TestIdempotencyDeadOwnerUnknown(t *testing.T) {
 				}
 				// Many retries at once: none runs, all are told the outcome
 				// is unknown.
-				burst := func() (created, unknown int) {
+				burst := func() (created, unknown, conflict int) {
 					codes := make(chan int, 10)
 					var wg sync.WaitGroup
 					for range 10 {
@@ -574,22 +574,31 @@ func TestIdempotencyDeadOwnerUnknown(t *testing.T) {
 							created++
 						case http.StatusInternalServerError:
 							unknown++
+						case http.StatusConflict:
+							conflict++
 						default:
 							t.Fatalf("retry: %d", code)
 						}
 					}
-					return created, unknown
+					return created, unknown, conflict
 				}
-				if created, unknown := burst(); created != 0 || unknown != 10 || runs.Load() != 0 {
+				if created, unknown, conflict := burst(); created != 0 || unknown != 10 || conflict != 0 || runs.Load() != 0 {
 					t.Fatalf("after LockTTL: %d created, %d unknown, %d runs; want 0, 10, 0", created, unknown, runs.Load())
 				}
 				if wait && time.Since(start) < 10*time.Second {
 					t.Fatalf("waiting retries answered after %v, before LockTTL", time.Since(start))
 				}
 				// The claim's ttl (an hour) over: the key is free, one runs.
+				// The others of the burst replay its result, or, without
+				// WaitInFlight, may find it still running (409): the burst's
+				// goroutines really run in parallel.
 				time.Sleep(time.Hour - time.Since(start))
-				if created, _ := burst(); created != 10 || runs.Load() != 1 {
-					t.Fatalf("after the claim's ttl: %d of 10 created, %d runs; want 10 (one run, replays), 1", created, runs.Load())
+				created, unknown, conflict := burst()
+				if created < 1 || unknown != 0 || created+conflict != 10 || (wait && conflict != 0) || runs.Load() != 1 {
+					t.Fatalf("after the claim's ttl: %d created, %d unknown, %d in flight (409), %d runs; want one run, the rest replays (or 409 without WaitInFlight)", created, unknown, conflict, runs.Load())
+				}
+				if code := serve(); code != 201 || runs.Load() != 1 {
+					t.Fatalf("after the burst: %d, %d runs; want the replayed 201, 1 run", code, runs.Load())
 				}
 			})
 		})
