@@ -32,6 +32,12 @@ func BenchmarkClosed(b *testing.B) {
 		{"count-1pct", circuit.Config{}, 100},
 		{"count-slow", circuit.Config{SlowCallDuration: time.Second}, 0},
 		{"time", circuit.Config{WindowType: circuit.TimeBased}, 0},
+		// The consecutive-failure rule (gobreaker's default): on the
+		// success path it costs one more load, of a line the window
+		// reads anyway.
+		{"consecutive", circuit.Config{ConsecutiveFailures: 5}, 0},
+		{"consecutive-1pct", circuit.Config{ConsecutiveFailures: 5}, 100},
+		{"consecutive-only", circuit.Config{ConsecutiveFailures: 5, FailureRateThreshold: -1}, 0},
 	} {
 		outcome := func(i int) watertight.Outcome {
 			if tc.failEvery > 0 && i%tc.failEvery == 0 {

@@ -77,8 +77,14 @@ type StateChange struct {
 	From, To State
 	// Reason says why, for logs: "failure rate 60% >= 50% over 20 calls"
 	// (with the failures and saturations apart when saturation counts),
-	// "open for 30s", "3 of 5 trial calls failed", "forced".
+	// "consecutive failures: 5 in a row (>= 5)", "open for 30s",
+	// "trials: 3 of 5 trial calls failed", "forced". When a rule decided,
+	// it begins with the rule's name (Rule.String).
 	Reason string
+	// Rule is the rule that decided the change: the trip rule for closed →
+	// open, RuleTrials for a change out of half-open that the trials
+	// decided; RuleNone for timers and manual changes.
+	Rule Rule
 	// OpenFor is how long the breaker will stay open, when To is Open.
 	OpenFor time.Duration
 }
@@ -127,6 +133,29 @@ type Breaker struct {
 	trialDone   int
 	trialFails  int
 	trialSlow   int
+	trialBad    int // trials that failed, were saturated or were slow
+	// What decided the current state, and the evidence a Snapshot shows
+	// while open or half-open: the window's counts when the breaker left
+	// closed, the trials' when trials opened it again.
+	rule     Rule
+	reason   string
+	evidence counts
+	evStreak int64
+}
+
+// changes holds the state changes one step made, to report after the lock
+// is released: at most two (open, then at once half-open, when OpenDuration
+// is negative).
+type changes struct {
+	ev [2]StateChange
+	n  int
+}
+
+func (c *changes) add(more changes) {
+	for i := range more.n {
+		c.ev[c.n] = more.ev[i]
+		c.n++
+	}
 }
 
 // New returns a closed breaker for cfg, or an error that names the first
@@ -137,7 +166,7 @@ func New(cfg Config) (*Breaker, error) {
 		return nil, err
 	}
 	b := &Breaker{name: c.Name, epoch: time.Now(), evName: c.Name}
-	b.cfg.Store(&settings{Config: c, slow: c.SlowCallDuration > 0})
+	b.cfg.Store(newSettings(c))
 	b.win.Store(newWindow(&c, 0, 0))
 	b.state.Store(uint64(Closed))
 	return b, nil
@@ -149,8 +178,13 @@ func New(cfg Config) (*Breaker, error) {
 type settings struct {
 	_ [64]byte
 	Config
-	slow bool // SlowCallDuration > 0
-	_    [64]byte
+	slow   bool // SlowCallDuration > 0
+	streak bool // consecutive failures are counted (a rule or TripWhen needs them)
+	_      [64]byte
+}
+
+func newSettings(c Config) *settings {
+	return &settings{Config: c, slow: c.SlowCallDuration > 0, streak: c.ConsecutiveFailures > 0 || c.TripWhen != nil}
 }
 
 // now reads the breaker's monotonic clock, in nanoseconds since New: one
@@ -312,6 +346,14 @@ func (b *Breaker) record(w uint64, start int64, o watertight.Outcome) {
 	if win.gen != genOf(w) {
 		return // a call from an earlier generation
 	}
+	var streak int64
+	if cfg.streak {
+		if code&(codeFail|codeSat) != 0 {
+			streak = win.streak.Add(1)
+		} else if win.streak.Load() != 0 {
+			win.streak.Store(0)
+		}
+	}
 	var c counts
 	var bad bool
 	if win.buckets != nil {
@@ -322,32 +364,12 @@ func (b *Breaker) record(w uint64, start int64, o watertight.Outcome) {
 	} else {
 		c, bad = win.addCount(code, uint64(cfg.MinCalls))
 	}
-	if !bad || st != Closed || c.calls < int64(cfg.MinCalls) {
+	if !bad || st != Closed {
 		return
 	}
-	if reason := cfg.tripReason(c); reason != "" {
-		b.trip(w, reason)
+	if rule, reason := cfg.tripReason(c, streak); rule != RuleNone {
+		b.trip(w, rule, reason)
 	}
-}
-
-// tripReason says why counts c trip the breaker, or "" if they do not.
-func (cfg *settings) tripReason(c counts) string {
-	fails := c.fails
-	if cfg.CountSaturation {
-		fails += c.sats
-	}
-	if rate := percent(fails, c.calls); rate >= cfg.FailureRateThreshold {
-		if c.sats > 0 && cfg.CountSaturation {
-			return fmt.Sprintf("failure rate %.4g%% >= %.4g%% over %d calls (%d failures, %d saturated)", rate, cfg.FailureRateThreshold, c.calls, c.fails, c.sats)
-		}
-		return fmt.Sprintf("failure rate %.4g%% >= %.4g%% over %d calls", rate, cfg.FailureRateThreshold, c.calls)
-	}
-	if cfg.slow {
-		if rate := percent(c.slows, c.calls); rate >= cfg.SlowCallRateThreshold {
-			return fmt.Sprintf("slow-call rate %.4g%% >= %.4g%% over %d calls (slow: >= %v)", rate, cfg.SlowCallRateThreshold, c.calls, cfg.SlowCallDuration)
-		}
-	}
-	return ""
 }
 
 func percent(n, of int64) float64 {
@@ -358,15 +380,15 @@ func percent(n, of int64) float64 {
 }
 
 // trip opens a closed breaker whose state word is still w.
-func (b *Breaker) trip(w uint64, reason string) {
+func (b *Breaker) trip(w uint64, rule Rule, reason string) {
 	b.mu.Lock()
 	if b.state.Load() != w {
 		b.mu.Unlock()
 		return
 	}
-	ev := b.setLocked(Open, reason)
+	evs := b.setLocked(Open, rule, reason)
 	b.mu.Unlock()
-	b.emit(ev)
+	b.emit(evs)
 }
 
 // recordTrial counts one trial outcome and decides, when it can, whether to
@@ -384,35 +406,52 @@ func (b *Breaker) recordTrial(w uint64, code uint32) {
 	if code&codeSlow != 0 {
 		b.trialSlow++
 	}
-	ev, ok := b.decideTrialsLocked()
-	b.mu.Unlock()
-	if ok {
-		b.emit(ev)
+	if code != 0 {
+		b.trialBad++
 	}
+	evs := b.decideTrialsLocked()
+	b.mu.Unlock()
+	b.emit(evs)
 }
 
 // decideTrialsLocked closes or opens a half-open breaker again when its
-// trials so far decide it, and reports whether they did. b.mu is held.
-func (b *Breaker) decideTrialsLocked() (StateChange, bool) {
+// trials so far decide it; it returns no change when they do not yet. b.mu
+// is held.
+func (b *Breaker) decideTrialsLocked() changes {
 	cfg := b.cfg.Load()
-	n := int64(cfg.HalfOpenCalls)
-	var ev StateChange
-	switch {
-	case percent(int64(b.trialFails), n) >= cfg.FailureRateThreshold:
-		ev = b.setLocked(Open, fmt.Sprintf("%d of %d trial calls failed", b.trialFails, n))
-	case cfg.slow && percent(int64(b.trialSlow), n) >= cfg.SlowCallRateThreshold:
-		ev = b.setLocked(Open, fmt.Sprintf("%d of %d trial calls were slow", b.trialSlow, n))
-	case int64(b.trialDone) >= n:
-		ev = b.setLocked(Closed, fmt.Sprintf("%d trial calls ended below the thresholds", n))
-	default:
-		return ev, false
+	n := cfg.HalfOpenCalls
+	if k := cfg.HalfOpenSuccesses; k > 0 {
+		switch ok := b.trialDone - b.trialBad; {
+		case ok >= k:
+			return b.setLocked(Closed, RuleTrials, fmt.Sprintf("trials: %d of %d trial calls succeeded (>= %d)", ok, n, k))
+		case b.trialBad > n-k:
+			return b.reopenLocked(fmt.Sprintf("trials: %d of %d trial calls failed or were slow, so %d successes can no longer be reached", b.trialBad, n, k))
+		}
+		return changes{}
 	}
-	return ev, true
+	switch {
+	case cfg.FailureRateThreshold > 0 && percent(int64(b.trialFails), int64(n)) >= cfg.FailureRateThreshold:
+		return b.reopenLocked(fmt.Sprintf("trials: %d of %d trial calls failed", b.trialFails, n))
+	case cfg.slow && percent(int64(b.trialSlow), int64(n)) >= cfg.SlowCallRateThreshold:
+		return b.reopenLocked(fmt.Sprintf("trials: %d of %d trial calls were slow", b.trialSlow, n))
+	case b.trialDone >= n:
+		return b.setLocked(Closed, RuleTrials, fmt.Sprintf("trials: %d trial calls ended below the thresholds", n))
+	}
+	return changes{}
+}
+
+// reopenLocked opens a half-open breaker again on its trials' evidence.
+// b.mu is held.
+func (b *Breaker) reopenLocked(reason string) changes {
+	// Taken first: with no open wait, setLocked starts the next trials.
+	evidence := counts{calls: int64(b.trialDone), fails: int64(b.trialFails), slows: int64(b.trialSlow)}
+	b.evidence, b.evStreak = evidence, 0
+	return b.setLocked(Open, RuleTrials, reason)
 }
 
 // setLocked moves to state to, starting a new generation; b.mu is held. It
 // prepares everything the new state needs before publishing it.
-func (b *Breaker) setLocked(to State, reason string) StateChange {
+func (b *Breaker) setLocked(to State, rule Rule, reason string) changes {
 	old := b.state.Load()
 	gen := genOf(old) + 1
 	w := gen<<stateBits | uint64(to)
@@ -422,7 +461,21 @@ func (b *Breaker) setLocked(to State, reason string) StateChange {
 	}
 	cfg := b.cfg.Load()
 	b.since = b.now()
-	ev := StateChange{Name: b.name, From: stateOf(old), To: to, Reason: reason}
+	ev := StateChange{Name: b.name, From: stateOf(old), To: to, Reason: reason, Rule: rule}
+	// Leaving closed keeps the window's counts as the evidence a Snapshot
+	// shows; a half-open breaker keeps what opened it.
+	switch from := stateOf(old); {
+	case to == Closed || to == MetricsOnly || to == Disabled:
+		b.evidence, b.evStreak = counts{}, 0
+	case from == Closed || from == MetricsOnly:
+		if win := b.win.Load(); win.gen == genOf(old) {
+			b.evidence, b.evStreak = win.totals(b.since), win.streak.Load()
+		}
+	}
+	if to != HalfOpen || stateOf(old) != Open {
+		b.rule, b.reason = rule, reason
+	}
+	var evs changes
 	switch to {
 	case Closed, MetricsOnly:
 		b.consecutive = 0
@@ -430,13 +483,21 @@ func (b *Breaker) setLocked(to State, reason string) StateChange {
 	case Open:
 		b.opens++
 		b.consecutive++
+		if cfg.OpenDuration < 0 {
+			// No wait: report the opening, then go half-open at once.
+			b.openFor = 0
+			b.state.Store(w)
+			evs.ev[0], evs.n = ev, 1
+			evs.add(b.setLocked(HalfOpen, RuleNone, "open for 0s (OpenDuration < 0: no wait)"))
+			return evs
+		}
 		d := cfg.openDuration(b.consecutive)
 		ev.OpenFor = d
 		b.openFor = d
 		b.armLocked(d, w, b.halfOpen)
 	case HalfOpen:
 		b.trials.Store(uint64(uint32(gen)) << 32)
-		b.trialDone, b.trialFails, b.trialSlow = 0, 0, 0
+		b.trialDone, b.trialFails, b.trialSlow, b.trialBad = 0, 0, 0, 0
 		if cfg.MaxHalfOpenWait > 0 {
 			b.armLocked(cfg.MaxHalfOpenWait, w, b.halfOpenExpired)
 		}
@@ -444,12 +505,16 @@ func (b *Breaker) setLocked(to State, reason string) StateChange {
 		b.opens++
 	}
 	b.state.Store(w)
-	return ev
+	evs.ev[0], evs.n = ev, 1
+	return evs
 }
 
 // openDuration is the length of the n-th consecutive opening, spread by
 // OpenJitter (backoff.Spread, or the same draw from Rand when it is set).
 func (cfg *settings) openDuration(n int) time.Duration {
+	if cfg.OpenDuration < 0 {
+		return 0 // no wait
+	}
 	d := float64(cfg.OpenDuration)
 	for i := 1; i < n && d < float64(cfg.MaxOpenDuration); i++ {
 		d *= cfg.OpenDurationMultiplier
@@ -483,9 +548,9 @@ func (b *Breaker) halfOpen(w, seq uint64) {
 		b.mu.Unlock()
 		return
 	}
-	ev := b.setLocked(HalfOpen, "open for "+b.openFor.String())
+	evs := b.setLocked(HalfOpen, RuleNone, "open for "+b.openFor.String())
 	b.mu.Unlock()
-	b.emit(ev)
+	b.emit(evs)
 }
 
 // halfOpenExpired ends a half-open state whose trials did not all end within
@@ -498,44 +563,52 @@ func (b *Breaker) halfOpenExpired(w, seq uint64) {
 		b.mu.Unlock()
 		return
 	}
-	var ev StateChange
+	var evs changes
 	n := int64(b.trialDone)
 	cfg := b.cfg.Load()
 	switch {
 	case n == 0:
-		ev = b.setLocked(Open, fmt.Sprintf("no trial call ended within %v", cfg.MaxHalfOpenWait))
-	case percent(int64(b.trialFails), n) >= cfg.FailureRateThreshold:
-		ev = b.setLocked(Open, fmt.Sprintf("%d of the %d trial calls that ended within %v failed", b.trialFails, n, cfg.MaxHalfOpenWait))
+		evs = b.reopenLocked(fmt.Sprintf("trials: no trial call ended within %v", cfg.MaxHalfOpenWait))
+	case cfg.HalfOpenSuccesses > 0:
+		// Enough successes would have closed it already.
+		evs = b.reopenLocked(fmt.Sprintf("trials: %d of the %d trial calls that ended within %v succeeded (< %d)", b.trialDone-b.trialBad, n, cfg.MaxHalfOpenWait, cfg.HalfOpenSuccesses))
+	case cfg.FailureRateThreshold > 0 && percent(int64(b.trialFails), n) >= cfg.FailureRateThreshold:
+		evs = b.reopenLocked(fmt.Sprintf("trials: %d of the %d trial calls that ended within %v failed", b.trialFails, n, cfg.MaxHalfOpenWait))
 	case cfg.slow && percent(int64(b.trialSlow), n) >= cfg.SlowCallRateThreshold:
-		ev = b.setLocked(Open, fmt.Sprintf("%d of the %d trial calls that ended within %v were slow", b.trialSlow, n, cfg.MaxHalfOpenWait))
+		evs = b.reopenLocked(fmt.Sprintf("trials: %d of the %d trial calls that ended within %v were slow", b.trialSlow, n, cfg.MaxHalfOpenWait))
 	default:
-		ev = b.setLocked(Closed, fmt.Sprintf("%d trial calls ended within %v, below the thresholds", n, cfg.MaxHalfOpenWait))
+		evs = b.setLocked(Closed, RuleTrials, fmt.Sprintf("trials: %d trial calls ended within %v, below the thresholds", n, cfg.MaxHalfOpenWait))
 	}
 	b.mu.Unlock()
-	b.emit(ev)
+	b.emit(evs)
 }
 
-// emit reports a state change to OnStateChange and the Listener. It is
-// called after b.mu is released.
-func (b *Breaker) emit(ev StateChange) {
-	cfg := b.cfg.Load()
-	if cfg.OnStateChange != nil {
-		cfg.OnStateChange(ev)
+// emit reports state changes, in order, to OnStateChange and the Listener.
+// It is called after b.mu is released.
+func (b *Breaker) emit(evs changes) {
+	if evs.n == 0 {
+		return
 	}
-	if cfg.Listener != nil {
-		watertight.Emit(cfg.Listener, watertight.Event{
-			Kind: watertight.EventStateChange, Source: source, Name: b.evName, Key: b.evKey,
-			From: ev.From.String(), To: ev.To.String(), Reason: ev.Reason, Delay: ev.OpenFor,
-		})
+	cfg := b.cfg.Load()
+	for _, ev := range evs.ev[:evs.n] {
+		if cfg.OnStateChange != nil {
+			cfg.OnStateChange(ev)
+		}
+		if cfg.Listener != nil {
+			watertight.Emit(cfg.Listener, watertight.Event{
+				Kind: watertight.EventStateChange, Source: source, Name: b.evName, Key: b.evKey,
+				From: ev.From.String(), To: ev.To.String(), Reason: ev.Reason, Delay: ev.OpenFor,
+			})
+		}
 	}
 }
 
 // set moves to a manual state (or back to closed).
 func (b *Breaker) set(to State, reason string) {
 	b.mu.Lock()
-	ev := b.setLocked(to, reason)
+	evs := b.setLocked(to, RuleNone, reason)
 	b.mu.Unlock()
-	b.emit(ev)
+	b.emit(evs)
 }
 
 // ForceOpen holds the breaker open, rejecting every call, until Reset or
@@ -549,6 +622,13 @@ func (b *Breaker) Disable() { b.set(Disabled, "disabled") }
 // SetMetricsOnly makes the breaker record outcomes and report rates without
 // ever rejecting, until Reset or another manual change.
 func (b *Breaker) SetMetricsOnly() { b.set(MetricsOnly, "metrics only") }
+
+// ForceHalfOpen moves the breaker to half-open now, from any state, so that
+// an operator can probe a dependency without waiting for the open duration
+// (or after ForceOpen): the next HalfOpenCalls calls are trials, and their
+// outcomes close the breaker or open it again as usual, MaxHalfOpenWait
+// included.
+func (b *Breaker) ForceHalfOpen() { b.set(HalfOpen, "forced half-open") }
 
 // Reset closes the breaker with an empty window and forgets consecutive
 // openings.
@@ -589,14 +669,14 @@ func (b *Breaker) Reconfigure(cfg Config) error {
 		return err
 	}
 	c.Name = b.name
-	next := &settings{Config: c, slow: c.SlowCallDuration > 0}
+	next := newSettings(c)
 	b.mu.Lock()
 	old := b.cfg.Load()
 	b.cfg.Store(next)
 	w := b.state.Load()
 	now := b.now()
-	var ev StateChange
-	decided := false
+	var evs changes
+	var judge *window
 	switch st := stateOf(w); st {
 	case Closed, MetricsOnly:
 		win := b.win.Load()
@@ -605,13 +685,7 @@ func (b *Breaker) Reconfigure(cfg Config) error {
 			b.win.Store(win)
 		}
 		if st == Closed && win.gen == genOf(w) {
-			// The window may already break the new thresholds or reach a
-			// lower MinCalls: judge it now, as the next outcome would.
-			if cnt := win.totals(now); cnt.calls >= int64(c.MinCalls) {
-				if reason := next.tripReason(cnt); reason != "" {
-					ev, decided = b.setLocked(Open, reason), true
-				}
-			}
+			judge = win
 		}
 	case Open:
 		d := next.openDuration(b.consecutive)
@@ -629,11 +703,17 @@ func (b *Breaker) Reconfigure(cfg Config) error {
 		if c.MaxHalfOpenWait > 0 {
 			b.armLocked(max(time.Duration(b.since+int64(c.MaxHalfOpenWait)-now), 0), w, b.halfOpenExpired)
 		}
-		ev, decided = b.decideTrialsLocked()
+		evs = b.decideTrialsLocked()
 	}
 	b.mu.Unlock()
-	if decided {
-		b.emit(ev)
+	b.emit(evs)
+	if judge != nil {
+		// The window may already break the new rules or reach a lower
+		// MinCalls: judge it now, as the next outcome would — with no lock
+		// held, for TripWhen; trip checks that the state is still w.
+		if rule, reason := next.tripReason(judge.totals(b.now()), judge.streak.Load()); rule != RuleNone {
+			b.trip(w, rule, reason)
+		}
 	}
 	return nil
 }
@@ -656,15 +736,29 @@ type Snapshot struct {
 	Name string
 	// State is the current state.
 	State State
-	// Calls, Failures, SlowCalls and Saturated count the outcomes in the
-	// current window (closed or metrics-only; zero in other states).
+	// Calls, Failures, SlowCalls and Saturated count outcomes. While
+	// closed or metrics-only they are the current window's. While open,
+	// forced open or half-open they keep the evidence: the window's counts
+	// when the breaker left closed or, when half-open trials opened it
+	// again, the trials' (Calls the trials that ended). Disabled: zero.
 	// Saturated outcomes are recorded only when Config.CountSaturation is
 	// set; otherwise they are ignored and Saturated stays zero.
 	Calls, Failures, SlowCalls, Saturated int64
+	// ConsecutiveFailures is the current streak of failures while closed
+	// (the streak at the trip while open or half-open). It is counted only
+	// when Config.ConsecutiveFailures or Config.TripWhen is set.
+	ConsecutiveFailures int64
 	// FailureRate is the percentage compared with FailureRateThreshold
 	// (failures, plus saturations when CountSaturation is set); SlowCallRate
-	// the one compared with SlowCallRateThreshold. Zero without calls.
+	// the one compared with SlowCallRateThreshold; both over the counts
+	// above. Zero without calls.
 	FailureRate, SlowCallRate float64
+	// Rule and Reason say what decided the current state: while open or
+	// half-open, the rule that opened the breaker and why, in the words of
+	// its StateChange (a forced state: RuleNone and "forced"); while
+	// closed, what closed it last ("trials: ...", "reset"; empty since New).
+	Rule   Rule
+	Reason string
 	// Rejected counts the calls rejected since New.
 	Rejected uint64
 	// Opens counts the times the breaker opened (including forced) since New.
@@ -672,6 +766,11 @@ type Snapshot struct {
 	// TrialsInFlight counts the trial calls let through in the current
 	// half-open state and not yet ended.
 	TrialsInFlight int
+	// TrialCalls, TrialFailures and TrialSlowCalls count the trial calls
+	// that ended in the current half-open state, those that failed (or
+	// were counted saturations), and those that were slow: the trials so
+	// far, beside the evidence that opened the breaker.
+	TrialCalls, TrialFailures, TrialSlowCalls int
 }
 
 // Snapshot returns the current state and counts. It takes the breaker's lock
@@ -680,24 +779,28 @@ func (b *Breaker) Snapshot() Snapshot {
 	b.mu.Lock()
 	w := b.state.Load()
 	cfg := b.cfg.Load()
-	s := Snapshot{Name: b.name, State: stateOf(w), Opens: b.opens}
+	s := Snapshot{Name: b.name, State: stateOf(w), Opens: b.opens, Rule: b.rule, Reason: b.reason}
+	c, streak := b.evidence, b.evStreak
 	if s.State == HalfOpen {
 		s.TrialsInFlight = int(uint32(b.trials.Load())) - b.trialDone
+		s.TrialCalls, s.TrialFailures, s.TrialSlowCalls = b.trialDone, b.trialFails, b.trialSlow
 	}
 	b.mu.Unlock()
 	s.Rejected = b.rejected.Load()
 	if s.State == Closed || s.State == MetricsOnly {
+		c, streak = counts{}, 0
 		if win := b.win.Load(); win.gen == genOf(w) {
-			c := win.totals(b.now())
-			s.Calls, s.Failures, s.SlowCalls, s.Saturated = c.calls, c.fails, c.slows, c.sats
-			fails := c.fails
-			if cfg.CountSaturation {
-				fails += c.sats
-			}
-			s.FailureRate = percent(fails, c.calls)
-			s.SlowCallRate = percent(c.slows, c.calls)
+			c, streak = win.totals(b.now()), win.streak.Load()
 		}
 	}
+	s.Calls, s.Failures, s.SlowCalls, s.Saturated = c.calls, c.fails, c.slows, c.sats
+	s.ConsecutiveFailures = streak
+	fails := c.fails
+	if cfg.CountSaturation {
+		fails += c.sats
+	}
+	s.FailureRate = percent(fails, c.calls)
+	s.SlowCallRate = percent(c.slows, c.calls)
 	return s
 }
 

@@ -69,8 +69,11 @@ type Config struct {
 	MinCalls int
 
 	// FailureRateThreshold is the failure rate, in percent, at or above
-	// which the breaker opens. Zero means DefaultFailureRateThreshold (50).
-	// Must be in (0, 100].
+	// which the breaker opens. Zero means DefaultFailureRateThreshold (50);
+	// a negative value turns the failure-rate rule off, for a breaker that
+	// trips on ConsecutiveFailures, FailureCountThreshold or TripWhen alone;
+	// half-open then needs every trial to succeed, unless HalfOpenSuccesses
+	// says otherwise. Must be at most 100.
 	FailureRateThreshold float64
 	// SlowCallDuration is the duration from which a call counts as slow,
 	// even when it succeeds. Zero or negative means slow calls are not
@@ -83,6 +86,31 @@ type Config struct {
 	// which the breaker opens. Zero means DefaultSlowCallRateThreshold (100).
 	// Must be in (0, 100]. It has no effect unless SlowCallDuration is set.
 	SlowCallRateThreshold float64
+	// ConsecutiveFailures, if positive, trips the breaker when that many
+	// calls in a row have failed (gobreaker's default rule, with
+	// ConsecutiveFailures 6 for its "more than 5"), whatever MinCalls says:
+	// the streak is its own evidence. A success ends the streak; an ignored
+	// outcome neither extends nor ends it; a saturation extends it when
+	// CountSaturation is set. Zero means the rule is off. Must not be
+	// negative.
+	ConsecutiveFailures int
+	// FailureCountThreshold, if positive, trips the breaker when the window
+	// holds that many failures (saturations too, with CountSaturation):
+	// with a count window of WindowSize n, "k failures among the last n
+	// calls" (failsafe-go's WithFailureThresholdRatio(k, n)); with a time
+	// window, k failures in the last WindowDuration. MinCalls does not
+	// apply: the first k calls failing trip it. Zero means the rule is
+	// off. Must not be negative, nor above WindowSize for a count window.
+	FailureCountThreshold int
+	// TripWhen, if not nil, is asked whether the window's counts should
+	// trip the breaker (gobreaker's ReadyToTrip), after every outcome that
+	// could raise a rate: a failure, a slow call or a counted saturation
+	// (and in a time window, where old successes slide out, every
+	// outcome). MinCalls does not apply: the predicate sees the counts and
+	// decides. It is called in the caller's goroutine with no lock held, on
+	// the failure path: keep it cheap and free of side effects.
+	TripWhen func(Counts) bool
+
 	// CountSaturation makes Saturated outcomes (a full bulkhead behind the
 	// breaker, see watertight.NewSaturation) count toward the failure rate.
 	// They are still counted apart (Snapshot.Saturated), so a dashboard can
@@ -91,8 +119,11 @@ type Config struct {
 	CountSaturation bool
 
 	// OpenDuration is how long the breaker stays open before it lets trial
-	// calls through. Zero means DefaultOpenDuration (30s). Must not be
-	// negative.
+	// calls through. Zero means DefaultOpenDuration (30s). A negative value
+	// is a real zero: the breaker opens and goes half-open at once (two
+	// state changes, reported in order), so the calls after the trip are
+	// trials (failsafe-go's WithDelay(0)); multiplier, cap and jitter then
+	// do not apply.
 	OpenDuration time.Duration
 	// OpenDurationMultiplier makes the open duration grow with consecutive
 	// openings (opened again from half-open without closing in between): the
@@ -117,6 +148,18 @@ type Config struct {
 	// (at once, as soon as enough trials have failed to decide). Zero means
 	// DefaultHalfOpenCalls (5). Must not be negative.
 	HalfOpenCalls int
+	// HalfOpenSuccesses, if positive, decides half-open by counting instead
+	// of by rate: the breaker closes as soon as that many trials have
+	// succeeded, and opens again as soon as so many have failed (or were
+	// slow, when SlowCallDuration is set) that it no longer can. With
+	// HalfOpenSuccesses equal to HalfOpenCalls every trial must succeed
+	// and the first failure opens (gobreaker's MaxRequests, failsafe-go's
+	// WithSuccessThreshold(k)); below it, k successes among HalfOpenCalls
+	// trials close (failsafe-go's WithSuccessThresholdRatio(k, n)). When
+	// MaxHalfOpenWait runs out before k trials succeeded, the breaker
+	// opens again. Zero means the rates decide. Must not be negative, nor
+	// above HalfOpenCalls.
+	HalfOpenSuccesses int
 	// MaxHalfOpenWait bounds the time in half-open, for dependencies with
 	// little traffic and for trial permits that are never completed: when it
 	// runs out, the breaker decides on the trials that did end (closing if
@@ -220,14 +263,23 @@ func (c Config) resolve() (Config, error) {
 	if c.MinCalls == 0 {
 		c.MinCalls = DefaultMinCalls
 	}
-	if c.WindowType == CountBased && c.WindowSize < c.MinCalls {
-		return c, fmt.Errorf("circuit: Config.WindowSize must be >= MinCalls (%d), or the breaker could never trip, got %d", c.MinCalls, c.WindowSize)
-	}
 	if c.FailureRateThreshold == 0 {
 		c.FailureRateThreshold = DefaultFailureRateThreshold
 	}
-	if !(c.FailureRateThreshold > 0 && c.FailureRateThreshold <= 100) {
-		return c, bad("FailureRateThreshold", "must be a percentage in (0, 100]", c.FailureRateThreshold)
+	if !(c.FailureRateThreshold <= 100) { // also NaN
+		return c, fmt.Errorf("circuit: Config.FailureRateThreshold must be a percentage in (0, 100], got %v (0 means 50; a negative value turns the rule off)", c.FailureRateThreshold)
+	}
+	if c.FailureRateThreshold < 0 {
+		c.FailureRateThreshold = -1
+	}
+	if c.ConsecutiveFailures < 0 {
+		return c, bad("ConsecutiveFailures", "must be >= 0 (0 turns the rule off)", c.ConsecutiveFailures)
+	}
+	if c.FailureCountThreshold < 0 {
+		return c, bad("FailureCountThreshold", "must be >= 0 (0 turns the rule off)", c.FailureCountThreshold)
+	}
+	if c.WindowType == CountBased && c.FailureCountThreshold > c.WindowSize {
+		return c, fmt.Errorf("circuit: Config.FailureCountThreshold must be <= WindowSize (%d), or the window could never hold that many failures, got %d", c.WindowSize, c.FailureCountThreshold)
 	}
 	if c.SlowCallRateThreshold == 0 {
 		c.SlowCallRateThreshold = DefaultSlowCallRateThreshold
@@ -238,8 +290,24 @@ func (c Config) resolve() (Config, error) {
 	if c.SlowCallDuration < 0 {
 		c.SlowCallDuration = 0
 	}
+	// A rate needs MinCalls calls in the window: a count window smaller
+	// than that could never trip on one.
+	if c.WindowType == CountBased && c.WindowSize < c.MinCalls && (c.FailureRateThreshold > 0 || c.SlowCallDuration > 0) {
+		return c, fmt.Errorf("circuit: Config.WindowSize must be >= MinCalls (%d), or the rates could never trip the breaker (a negative FailureRateThreshold turns the rate rule off), got %d", c.MinCalls, c.WindowSize)
+	}
 	if c.OpenDuration < 0 {
-		return c, bad("OpenDuration", "must be >= 0 (0 means 30s)", c.OpenDuration)
+		c.OpenDuration = -1
+		c.OpenDurationMultiplier = max(c.OpenDurationMultiplier, 1)
+		if c.MaxOpenDuration < 0 {
+			return c, bad("MaxOpenDuration", "must be >= 0", c.MaxOpenDuration)
+		}
+		if !(c.OpenJitter < 1) {
+			return c, bad("OpenJitter", "must be a fraction below 1 (0 means 0.1, negative means no jitter)", c.OpenJitter)
+		}
+		if c.OpenJitter == 0 {
+			c.OpenJitter = DefaultOpenJitter
+		}
+		return c.resolveHalfOpen()
 	}
 	if c.OpenDuration == 0 {
 		c.OpenDuration = DefaultOpenDuration
@@ -265,11 +333,29 @@ func (c Config) resolve() (Config, error) {
 	if c.OpenJitter == 0 {
 		c.OpenJitter = DefaultOpenJitter
 	}
+	return c.resolveHalfOpen()
+}
+
+// resolveHalfOpen is the end of resolve: the half-open settings and Classify.
+func (c Config) resolveHalfOpen() (Config, error) {
+	bad := func(field, rule string, got any) error {
+		return fmt.Errorf("circuit: Config.%s %s, got %v", field, rule, got)
+	}
 	if c.HalfOpenCalls < 0 {
 		return c, bad("HalfOpenCalls", "must be >= 0 (0 means 5)", c.HalfOpenCalls)
 	}
 	if c.HalfOpenCalls == 0 {
 		c.HalfOpenCalls = DefaultHalfOpenCalls
+	}
+	if c.HalfOpenSuccesses < 0 {
+		return c, bad("HalfOpenSuccesses", "must be >= 0 (0 means the rates decide)", c.HalfOpenSuccesses)
+	}
+	if c.HalfOpenSuccesses == 0 && c.FailureRateThreshold < 0 {
+		// No rate to judge the trials by: every one must succeed.
+		c.HalfOpenSuccesses = c.HalfOpenCalls
+	}
+	if c.HalfOpenSuccesses > c.HalfOpenCalls {
+		return c, fmt.Errorf("circuit: Config.HalfOpenSuccesses must be <= HalfOpenCalls (%d), or the trials could never close the breaker, got %d", c.HalfOpenCalls, c.HalfOpenSuccesses)
 	}
 	if c.MaxHalfOpenWait == 0 {
 		c.MaxHalfOpenWait = DefaultMaxHalfOpenWait

@@ -20,6 +20,27 @@
 // window is count-based (the last WindowSize calls) or time-based (the last
 // WindowDuration, in buckets).
 //
+// # Trip rules
+//
+// Beside the rates, three rules that other breakers' users run can trip it,
+// alone or together (whichever holds first): Config.ConsecutiveFailures (n
+// failures in a row: gobreaker's default, the textbook's "5 failures in a
+// row"), Config.FailureCountThreshold (k failures among the window's calls,
+// failsafe-go's WithFailureThresholdRatio) and Config.TripWhen, a predicate
+// over the window's Counts (gobreaker's ReadyToTrip). None of them waits for
+// MinCalls. A negative FailureRateThreshold turns the rate rule off, for a
+// breaker that trips on the others alone. The StateChange, the Event's
+// Reason and the Snapshot name the Rule that tripped it; while open and
+// half-open, a Snapshot keeps the counts that opened it (the evidence), and
+// the trials so far.
+//
+// Half-open decides by rate over Config.HalfOpenCalls trials, or, with
+// Config.HalfOpenSuccesses, by counting: k successes close it, and a failure
+// that makes k unreachable opens it again (k = HalfOpenCalls: the first
+// failure opens). ForceHalfOpen lets an operator probe at once. A negative
+// Config.OpenDuration is a real zero: the breaker opens and goes half-open
+// at once. docs/migrating.md maps each peer's settings onto these.
+//
 // It stays Open for Config.OpenDuration — growing with consecutive openings
 // when Config.OpenDurationMultiplier is above 1, with optional jitter — and
 // then turns HalfOpen. A timer makes that change, so a rejection while Open

@@ -89,3 +89,41 @@ func ExampleConfig_listener() {
 	// circuit ratings: closed -> open for 30s (failure rate 100% >= 50% over 2 calls)
 	// circuit ratings: rejected: circuit: open
 }
+
+// The textbook's breaker: five failures in a row trip it, with no rate and
+// no minimum number of calls; the snapshot says which rule opened it and
+// keeps the evidence. A single successful trial closes it again.
+func ExampleConfig_consecutiveFailures() {
+	b, err := circuit.New(circuit.Config{
+		Name:                 "inventory",
+		ConsecutiveFailures:  5,
+		FailureRateThreshold: -1, // the rate rule off: only the streak trips it
+		HalfOpenCalls:        1,
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, ok := range []bool{false, false, true, false, false, false, false, false} {
+		if p, err := b.Allow(); err == nil {
+			if ok {
+				p.Done(watertight.Success)
+			} else {
+				p.Done(watertight.Failure)
+			}
+		}
+	}
+	s := b.Snapshot()
+	fmt.Println(s.State, "by", s.Rule)
+	fmt.Println(s.Reason)
+	fmt.Printf("evidence: %d calls, %d failures, %d in a row\n", s.Calls, s.Failures, s.ConsecutiveFailures)
+
+	b.ForceHalfOpen() // an operator probes now rather than in 30s
+	p, _ := b.Allow()
+	p.Done(watertight.Success)
+	fmt.Println(b.State())
+	// Output:
+	// open by consecutive failures
+	// consecutive failures: 5 in a row (>= 5)
+	// evidence: 8 calls, 7 failures, 5 in a row
+	// closed
+}

@@ -30,11 +30,30 @@ type model struct {
 	done    int
 	fails   int
 	slows   int
+	bad     int // trials that failed or were slow
+	streak  int // failures in a row in the closed window
 	consec  int
 	opens   int
 	reject  int
 	events  []string
+	// evidence is what a Snapshot shows while open or half-open.
+	evCalls, evFails, evSlows, evStreak int
 }
+
+// resolveModel fills the defaults the model relies on, as New does.
+func resolveModel(c circuit.Config) circuit.Config {
+	if c.MaxHalfOpenWait == 0 {
+		c.MaxHalfOpenWait = circuit.DefaultMaxHalfOpenWait
+	}
+	if c.HalfOpenSuccesses == 0 && c.FailureRateThreshold < 0 {
+		c.HalfOpenSuccesses = c.HalfOpenCalls
+	}
+	return c
+}
+
+// tripTest is the TripWhen of the sequences that draw one: it can become
+// true only on a failure (a success ends the streak), as the breaker asks it.
+func tripTest(c circuit.Counts) bool { return c.Failures >= 3 && c.ConsecutiveFailures >= 2 }
 
 type modelOut struct {
 	at   time.Duration
@@ -49,8 +68,18 @@ type modelPermit struct {
 	timed bool // slow calls were measured when it was allowed
 }
 
-func (m *model) set(to circuit.State) {
-	m.events = append(m.events, m.state.String()+">"+to.String())
+func (m *model) set(to circuit.State, rule circuit.Rule) {
+	m.events = append(m.events, m.state.String()+">"+to.String()+":"+rule.String())
+	switch {
+	case to == circuit.Closed:
+		m.evCalls, m.evFails, m.evSlows, m.evStreak = 0, 0, 0, 0
+	case m.state == circuit.Closed:
+		w := m.window()
+		m.evCalls, m.evFails, m.evSlows = len(w), count(w, true), count(w, false)
+		m.evStreak = m.streak
+	case m.state == circuit.HalfOpen && to == circuit.Open:
+		m.evCalls, m.evFails, m.evSlows, m.evStreak = m.done, m.fails, m.slows, 0
+	}
 	m.state = to
 	m.gen++
 	m.since = m.now
@@ -58,19 +87,37 @@ func (m *model) set(to circuit.State) {
 	case circuit.Closed:
 		m.consec = 0
 		m.outs = nil
+		m.streak = 0
 		m.origin = m.now
 	case circuit.Open:
 		m.opens++
 		m.consec++
 		m.openEnd = m.now + m.openDuration()
+		if m.cfg.OpenDuration < 0 {
+			m.set(circuit.HalfOpen, circuit.RuleNone)
+		}
 	case circuit.HalfOpen:
-		m.issued, m.done, m.fails, m.slows = 0, 0, 0, 0
+		m.issued, m.done, m.fails, m.slows, m.bad = 0, 0, 0, 0, 0
 		m.hoEnd = m.now + m.cfg.MaxHalfOpenWait
 	}
 }
 
+// count counts the failures (fail) or slow calls (!fail) in w.
+func count(w []modelOut, fail bool) int {
+	n := 0
+	for _, x := range w {
+		if fail && x.fail || !fail && x.slow {
+			n++
+		}
+	}
+	return n
+}
+
 // openDuration is the length of the current (m.consec-th) opening.
 func (m *model) openDuration() time.Duration {
+	if m.cfg.OpenDuration < 0 {
+		return 0
+	}
 	d := m.cfg.OpenDuration
 	for i := 1; i < m.consec; i++ {
 		d = time.Duration(float64(d) * m.cfg.OpenDurationMultiplier)
@@ -85,9 +132,7 @@ func (m *model) openDuration() time.Duration {
 // when its shape is the same, and the timers are counted anew from when the
 // state began.
 func (m *model) reconfigure(c circuit.Config) {
-	if c.MaxHalfOpenWait == 0 {
-		c.MaxHalfOpenWait = circuit.DefaultMaxHalfOpenWait
-	}
+	c = resolveModel(c)
 	old := m.cfg
 	m.cfg = c
 	switch m.state {
@@ -96,6 +141,7 @@ func (m *model) reconfigure(c circuit.Config) {
 			c.WindowType == circuit.TimeBased && old.WindowDuration == c.WindowDuration && old.WindowBuckets == c.WindowBuckets)
 		if !same {
 			m.outs = nil
+			m.streak = 0
 			m.origin = m.now
 		}
 		m.judge()
@@ -108,37 +154,49 @@ func (m *model) reconfigure(c circuit.Config) {
 	m.advance(m.now) // timers now due fire at once
 }
 
-// judge opens a closed breaker whose window breaks the thresholds.
+// judge opens a closed breaker whose window breaks a rule, naming the
+// first rule that holds in the breaker's order.
 func (m *model) judge() {
 	w := m.window()
-	if len(w) < m.cfg.MinCalls || len(w) == 0 {
+	f, sl := count(w, true), count(w, false)
+	rate := func(k int) float64 { return float64(k) * 100 / float64(len(w)) }
+	var rule circuit.Rule
+	switch {
+	case m.cfg.ConsecutiveFailures > 0 && m.streak >= m.cfg.ConsecutiveFailures:
+		rule = circuit.RuleConsecutiveFailures
+	case m.cfg.FailureCountThreshold > 0 && f >= m.cfg.FailureCountThreshold:
+		rule = circuit.RuleFailureCount
+	case len(w) >= m.cfg.MinCalls && len(w) > 0 && m.cfg.FailureRateThreshold > 0 && rate(f) >= m.cfg.FailureRateThreshold:
+		rule = circuit.RuleFailureRate
+	case len(w) >= m.cfg.MinCalls && len(w) > 0 && m.cfg.SlowCallDuration > 0 && rate(sl) >= m.cfg.SlowCallRateThreshold:
+		rule = circuit.RuleSlowCallRate
+	case m.cfg.TripWhen != nil && tripTest(circuit.Counts{Calls: int64(len(w)), Failures: int64(f), SlowCalls: int64(sl), ConsecutiveFailures: int64(m.streak)}):
+		rule = circuit.RuleTripWhen
+	default:
 		return
 	}
-	var f, s int
-	for _, x := range w {
-		if x.fail {
-			f++
-		}
-		if x.slow {
-			s++
-		}
-	}
-	if float64(f)*100/float64(len(w)) >= m.cfg.FailureRateThreshold ||
-		m.cfg.SlowCallDuration > 0 && float64(s)*100/float64(len(w)) >= m.cfg.SlowCallRateThreshold {
-		m.set(circuit.Open)
-	}
+	m.set(circuit.Open, rule)
 }
 
 // decideTrials closes or reopens a half-open breaker its trials decide.
 func (m *model) decideTrials() {
-	n := float64(m.cfg.HalfOpenCalls)
+	n := m.cfg.HalfOpenCalls
+	if k := m.cfg.HalfOpenSuccesses; k > 0 {
+		switch {
+		case m.done-m.bad >= k:
+			m.set(circuit.Closed, circuit.RuleTrials)
+		case m.bad > n-k:
+			m.set(circuit.Open, circuit.RuleTrials)
+		}
+		return
+	}
 	switch {
-	case float64(m.fails)*100/n >= m.cfg.FailureRateThreshold:
-		m.set(circuit.Open)
-	case m.cfg.SlowCallDuration > 0 && float64(m.slows)*100/n >= m.cfg.SlowCallRateThreshold:
-		m.set(circuit.Open)
-	case m.done >= m.cfg.HalfOpenCalls:
-		m.set(circuit.Closed)
+	case m.cfg.FailureRateThreshold > 0 && float64(m.fails)*100/float64(n) >= m.cfg.FailureRateThreshold:
+		m.set(circuit.Open, circuit.RuleTrials)
+	case m.cfg.SlowCallDuration > 0 && float64(m.slows)*100/float64(n) >= m.cfg.SlowCallRateThreshold:
+		m.set(circuit.Open, circuit.RuleTrials)
+	case m.done >= n:
+		m.set(circuit.Closed, circuit.RuleTrials)
 	}
 }
 
@@ -148,19 +206,19 @@ func (m *model) advance(t time.Duration) {
 		switch {
 		case m.state == circuit.Open && m.openEnd <= t:
 			m.now = m.openEnd
-			m.set(circuit.HalfOpen)
+			m.set(circuit.HalfOpen, circuit.RuleNone)
 			continue
 		case m.state == circuit.HalfOpen && m.cfg.MaxHalfOpenWait > 0 && m.hoEnd <= t:
 			m.now = m.hoEnd
 			// Decide on the trials that ended; none ended: open again.
 			n := float64(m.done)
 			switch {
-			case m.done == 0,
-				float64(m.fails)*100/n >= m.cfg.FailureRateThreshold,
+			case m.done == 0, m.cfg.HalfOpenSuccesses > 0,
+				m.cfg.FailureRateThreshold > 0 && float64(m.fails)*100/n >= m.cfg.FailureRateThreshold,
 				m.cfg.SlowCallDuration > 0 && float64(m.slows)*100/n >= m.cfg.SlowCallRateThreshold:
-				m.set(circuit.Open)
+				m.set(circuit.Open, circuit.RuleTrials)
 			default:
-				m.set(circuit.Closed)
+				m.set(circuit.Closed, circuit.RuleTrials)
 			}
 			continue
 		}
@@ -217,6 +275,14 @@ func (m *model) done_(p modelPermit, o watertight.Outcome) {
 	switch m.state {
 	case circuit.Closed:
 		m.outs = append(m.outs, modelOut{m.now, fail, slow})
+		// The breaker counts the streak only while a rule needs it.
+		if m.cfg.ConsecutiveFailures > 0 || m.cfg.TripWhen != nil {
+			if fail {
+				m.streak++
+			} else {
+				m.streak = 0
+			}
+		}
 		m.judge()
 	case circuit.HalfOpen:
 		m.done++
@@ -225,6 +291,9 @@ func (m *model) done_(p modelPermit, o watertight.Outcome) {
 		}
 		if slow {
 			m.slows++
+		}
+		if fail || slow {
+			m.bad++
 		}
 		m.decideTrials()
 	}
@@ -244,9 +313,25 @@ func genConfig(t *rapid.T) circuit.Config {
 		HalfOpenCalls:          rapid.IntRange(1, 4).Draw(t, "halfOpenCalls"),
 		MaxHalfOpenWait:        time.Duration(rapid.SampledFrom([]int{-1, 5, 20}).Draw(t, "maxHalfOpenSeconds")) * time.Second,
 		OpenJitter:             -1, // the model's open durations are exact
+		ConsecutiveFailures:    rapid.SampledFrom([]int{0, 0, 1, 2, 3}).Draw(t, "consecutive"),
 	}
 	c.MinCalls = rapid.IntRange(1, c.WindowSize).Draw(t, "minCalls")
 	c.MaxOpenDuration = c.OpenDuration * time.Duration(rapid.IntRange(1, 8).Draw(t, "maxOpenFactor"))
+	if rapid.IntRange(0, 3).Draw(t, "failureCount") == 0 {
+		c.FailureCountThreshold = rapid.IntRange(1, c.WindowSize).Draw(t, "failureCountThreshold")
+	}
+	if rapid.IntRange(0, 4).Draw(t, "rateOff") == 0 {
+		c.FailureRateThreshold = -1
+	}
+	if rapid.IntRange(0, 4).Draw(t, "tripWhen") == 0 {
+		c.TripWhen = tripTest
+	}
+	if rapid.IntRange(0, 2).Draw(t, "halfOpenSuccesses") == 0 {
+		c.HalfOpenSuccesses = rapid.IntRange(1, c.HalfOpenCalls).Draw(t, "halfOpenSuccessesK")
+	}
+	if rapid.IntRange(0, 5).Draw(t, "noOpenWait") == 0 {
+		c.OpenDuration, c.MaxOpenDuration = -1, 0
+	}
 	return c
 }
 
@@ -257,11 +342,12 @@ func genReconfigs(t *rapid.T, base circuit.Config) []circuit.Config {
 	same.WindowType, same.WindowSize, same.WindowDuration, same.WindowBuckets =
 		base.WindowType, base.WindowSize, base.WindowDuration, base.WindowBuckets
 	same.MinCalls = min(same.MinCalls, same.WindowSize)
+	same.FailureCountThreshold = min(same.FailureCountThreshold, same.WindowSize)
 	return []circuit.Config{same, genConfig(t)}
 }
 
 type op struct {
-	kind    int // 0-3 start a call, 4-7 end one, 8-9 let time pass, 10 reconfigure
+	kind    int // 0-3 start a call, 4-7 end one, 8-9 let time pass, 10 reconfigure, 11 force half-open
 	pick    int // which call ends (modulo the calls in flight)
 	outcome watertight.Outcome
 	advance time.Duration
@@ -292,7 +378,7 @@ func TestBreakerMatchesModel(t *testing.T) {
 	for range rounds {
 		rapid.Check(t, func(rt *rapid.T) {
 			cfg := genConfig(rt)
-			ops := genOps(rt, 10)
+			ops := genOps(rt, 12)
 			var err error
 			synctest.Test(t, func(*testing.T) { err = runAgainstModel(cfg, nil, ops) })
 			if err != nil {
@@ -316,7 +402,7 @@ func TestReconfigureMatchesModel(t *testing.T) {
 		rapid.Check(t, func(rt *rapid.T) {
 			cfg := genConfig(rt)
 			alts := genReconfigs(rt, cfg)
-			ops := genOps(rt, 11)
+			ops := genOps(rt, 12)
 			var err error
 			synctest.Test(t, func(*testing.T) { err = runAgainstModel(cfg, alts, ops) })
 			if err != nil {
@@ -331,17 +417,14 @@ func runAgainstModel(cfg circuit.Config, alts []circuit.Config, ops []op) error 
 	var events []string
 	cfg.OnStateChange = func(ev circuit.StateChange) {
 		mu.Lock()
-		events = append(events, ev.From.String()+">"+ev.To.String())
+		events = append(events, ev.From.String()+">"+ev.To.String()+":"+ev.Rule.String())
 		mu.Unlock()
 	}
 	b, err := circuit.New(cfg)
 	if err != nil {
 		return fmt.Errorf("New: %v", err)
 	}
-	m := &model{cfg: cfg, state: circuit.Closed}
-	if m.cfg.MaxHalfOpenWait == 0 {
-		m.cfg.MaxHalfOpenWait = circuit.DefaultMaxHalfOpenWait
-	}
+	m := &model{cfg: resolveModel(cfg), state: circuit.Closed}
 	start := time.Now()
 	type held struct {
 		real circuit.Permit
@@ -372,7 +455,14 @@ func runAgainstModel(cfg circuit.Config, alts []circuit.Config, ops []op) error 
 			time.Sleep(o.advance)
 			synctest.Wait()
 			m.advance(time.Since(start))
+		case o.kind == 11: // an operator probes
+			b.ForceHalfOpen()
+			synctest.Wait()
+			m.set(circuit.HalfOpen, circuit.RuleNone)
 		default: // reconfigure; the timers it makes due fire at once
+			if len(alts) == 0 {
+				continue
+			}
 			c := alts[o.pick%len(alts)]
 			c.OnStateChange = cfg.OnStateChange
 			if err := b.Reconfigure(c); err != nil {
@@ -399,6 +489,15 @@ func runAgainstModel(cfg circuit.Config, alts []circuit.Config, ops []op) error 
 			if s.Calls != int64(len(w)) || s.Failures != f || s.SlowCalls != sl {
 				return fmt.Errorf("step %d: snapshot calls/failures/slow %d/%d/%d, model %d/%d/%d", i, s.Calls, s.Failures, s.SlowCalls, len(w), f, sl)
 			}
+			if s.ConsecutiveFailures != int64(m.streak) {
+				return fmt.Errorf("step %d: snapshot streak %d, model %d", i, s.ConsecutiveFailures, m.streak)
+			}
+		} else if s.Calls != int64(m.evCalls) || s.Failures != int64(m.evFails) || s.SlowCalls != int64(m.evSlows) || s.ConsecutiveFailures != int64(m.evStreak) {
+			return fmt.Errorf("step %d (%v): evidence calls/failures/slow/streak %d/%d/%d/%d, model %d/%d/%d/%d", i, m.state,
+				s.Calls, s.Failures, s.SlowCalls, s.ConsecutiveFailures, m.evCalls, m.evFails, m.evSlows, m.evStreak)
+		}
+		if m.state == circuit.HalfOpen && (s.TrialCalls != m.done || s.TrialFailures != m.fails || s.TrialSlowCalls != m.slows) {
+			return fmt.Errorf("step %d: trials %d/%d/%d, model %d/%d/%d", i, s.TrialCalls, s.TrialFailures, s.TrialSlowCalls, m.done, m.fails, m.slows)
 		}
 		if s.Rejected != uint64(m.reject) || s.Opens != uint64(m.opens) {
 			return fmt.Errorf("step %d: rejected/opens %d/%d, model %d/%d", i, s.Rejected, s.Opens, m.reject, m.opens)

@@ -40,6 +40,11 @@ type window struct {
 	fails atomic.Int64
 	slows atomic.Int64
 	sats  atomic.Int64
+	// streak counts the failures in a row, in either kind of window, when
+	// a rule needs it (settings.streak). It shares the totals' line: a
+	// success reads that line anyway, and writes streak only to end a
+	// streak, as rarely as the totals change.
+	streak atomic.Int64
 
 	// Time-based: buckets rotated lazily by the calls that land in them.
 	buckets []bucket

@@ -292,7 +292,7 @@ func TestErrors(t *testing.T) {
 			"  s:",
 			"    backoff: {base: 20s}",
 		), []string{
-			"test.yaml:4: breakers.a.window_size: must be >= min_calls (50), or the breaker could never trip, got 10",
+			"test.yaml:4: breakers.a.window_size: must be >= min_calls (50), or the rates could never trip the breaker (a negative failure_rate_threshold turns the rate rule off), got 10",
 			"test.yaml:7: breakers.b.max_open_duration: must be >= open_duration (1m0s), got 30s",
 			"test.yaml:10: retries.r.backoff.cap: must be >= base (1s), got 500ms",
 			"test.yaml:11: retries.s.backoff.cap: must be >= base (20s), got 10s (the default)",
@@ -453,8 +453,8 @@ func TestDefaultsErrorsOnce(t *testing.T) {
 		"  e: {window_size: 30}", // fine
 	))
 	want = []string{
-		"test.yaml:3: defaults.breakers.window_size: must be >= min_calls (20), or the breaker could never trip, got 10",
-		"test.yaml:3: breakers.d.window_size: must be >= min_calls (15), or the breaker could never trip, got 10",
+		"test.yaml:3: defaults.breakers.window_size: must be >= min_calls (20), or the rates could never trip the breaker (a negative failure_rate_threshold turns the rate rule off), got 10",
+		"test.yaml:3: breakers.d.window_size: must be >= min_calls (15), or the rates could never trip the breaker (a negative failure_rate_threshold turns the rate rule off), got 10",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -59,7 +59,7 @@ func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
 	}
 
 	in.circuitState = gauge("watertight.circuit.state", "{state}", "Circuit breaker state: 1 for the current state (attribute state), 0 for the others.")
-	in.circuitWindowCalls = gauge("watertight.circuit.window.calls", "{call}", "Calls recorded in the breaker's current window (closed or metrics-only; 0 otherwise).")
+	in.circuitWindowCalls = gauge("watertight.circuit.window.calls", "{call}", "Calls recorded in the breaker's current window (closed or metrics-only); while open or half-open, the calls of the window that opened it (or of the trials that opened it again).")
 	in.circuitWindowFailures = gauge("watertight.circuit.window.failures", "{call}", "Failed calls in the breaker's current window.")
 	in.circuitWindowSlowCalls = gauge("watertight.circuit.window.slow_calls", "{call}", "Slow calls in the breaker's current window.")
 	in.circuitWindowSaturated = gauge("watertight.circuit.window.saturated", "{call}", "Saturation rejections counted in the breaker's current window (only with CountSaturation).")

@@ -152,7 +152,10 @@ func TestBreaker(t *testing.T) {
 			`watertight_circuit_state{key="",name="payments",state="open"}`:   1,
 			`watertight_circuit_opens_total{key="",name="payments"}`:          1,
 			`watertight_circuit_rejected_total{key="",name="payments"}`:       3,
-			`watertight_circuit_window_calls{key="",name="payments"}`:         0,
+			// While open the gauges keep the evidence: the window that opened it.
+			`watertight_circuit_window_calls{key="",name="payments"}`:    6,
+			`watertight_circuit_window_failures{key="",name="payments"}`: 3,
+			`watertight_circuit_failure_ratio{key="",name="payments"}`:   0.5,
 		})
 
 		time.Sleep(time.Second) // the open duration passes: half-open

@@ -43,7 +43,7 @@ func (d *descs) init(constLabels prometheus.Labels) error {
 	n := []string{"name"}
 
 	d.circuitState = nd("watertight_circuit_state", "Circuit breaker state: 1 for the current state, 0 for the others.", "name", "key", "state")
-	d.circuitWindowCalls = nd("watertight_circuit_window_calls", "Calls recorded in the breaker's current window (closed or metrics-only; 0 otherwise).", nk...)
+	d.circuitWindowCalls = nd("watertight_circuit_window_calls", "Calls recorded in the breaker's current window (closed or metrics-only); while open or half-open, the calls of the window that opened it (or of the trials that opened it again).", nk...)
 	d.circuitWindowFailures = nd("watertight_circuit_window_failures", "Failed calls in the breaker's current window.", nk...)
 	d.circuitWindowSlowCalls = nd("watertight_circuit_window_slow_calls", "Slow calls in the breaker's current window.", nk...)
 	d.circuitWindowSaturated = nd("watertight_circuit_window_saturated", "Saturation rejections counted in the breaker's current window (only with CountSaturation).", nk...)
