@@ -123,6 +123,7 @@ var (
 	kwUnlimited = map[string]time.Duration{"unlimited": -1}
 	kwKeys      = map[string]int{"unlimited": -1}
 	kwFloor     = map[string]float64{"off": -1}
+	kwOffInt    = map[string]int{"off": 0}
 )
 
 var windowTypes = []string{"count", "time"}
@@ -135,16 +136,21 @@ var breakerFields = []field[Breaker]{
 	durField("window_duration", 1, nil, func(b *Breaker) *time.Duration { return &b.Config.WindowDuration }),
 	intField("window_buckets", 1, maxInt, nil, func(b *Breaker) *int { return &b.Config.WindowBuckets }),
 	intField("min_calls", 1, maxInt, nil, func(b *Breaker) *int { return &b.Config.MinCalls }),
-	rateField("failure_rate_threshold", 0, 1, true, false, true, func(b *Breaker) *float64 { return &b.Config.FailureRateThreshold }),
+	offRate(rateField("failure_rate_threshold", 0, 1, true, false, true, func(b *Breaker) *float64 { return &b.Config.FailureRateThreshold }),
+		func(b *Breaker) *float64 { return &b.Config.FailureRateThreshold }), // off: circuit's negative
+	intField("consecutive_failures", 1, maxInt, kwOffInt, func(b *Breaker) *int { return &b.Config.ConsecutiveFailures }),
+	intField("failure_count_threshold", 1, maxInt, kwOffInt, func(b *Breaker) *int { return &b.Config.FailureCountThreshold }),
 	durField("slow_call_duration", 1, kwOff, func(b *Breaker) *time.Duration { return &b.Config.SlowCallDuration }),
 	rateField("slow_call_rate_threshold", 0, 1, true, false, true, func(b *Breaker) *float64 { return &b.Config.SlowCallRateThreshold }),
 	boolField("count_saturation", func(b *Breaker) *bool { return &b.Config.CountSaturation }),
-	durField("open_duration", 1, nil, func(b *Breaker) *time.Duration { return &b.Config.OpenDuration }),
+	zeroDur(durField("open_duration", 0, nil, func(b *Breaker) *time.Duration { return &b.Config.OpenDuration }),
+		func(b *Breaker) *time.Duration { return &b.Config.OpenDuration }, -1), // 0 in a file is no wait: circuit's negative
 	floatField("open_duration_multiplier", 1, math.MaxFloat64, false, nil, func(b *Breaker) *float64 { return &b.Config.OpenDurationMultiplier }),
 	durField("max_open_duration", 1, nil, func(b *Breaker) *time.Duration { return &b.Config.MaxOpenDuration }),
 	zeroMeans(rateField("open_jitter", 0, 1, false, true, false, func(b *Breaker) *float64 { return &b.Config.OpenJitter }),
 		func(b *Breaker) *float64 { return &b.Config.OpenJitter }, -1), // 0 in a file is no jitter: circuit's -1
 	intField("half_open_calls", 1, maxInt, nil, func(b *Breaker) *int { return &b.Config.HalfOpenCalls }),
+	intField("half_open_successes", 1, maxInt, kwOffInt, func(b *Breaker) *int { return &b.Config.HalfOpenSuccesses }),
 	durField("max_half_open_wait", 1, kwUnlimited, func(b *Breaker) *time.Duration { return &b.Config.MaxHalfOpenWait }),
 	intField("max_keys", 1, maxInt, kwKeys, func(b *Breaker) *int { return &b.MaxKeys }),
 }
@@ -247,7 +253,7 @@ var breakerKind = kind[Breaker]{
 	},
 	finish: func(b *Breaker, name string) {
 		b.Config.Name = name
-		if b.Config.MaxOpenDuration == 0 {
+		if b.Config.MaxOpenDuration == 0 && b.Config.OpenDuration > 0 { // with no wait (negative) it stays 0: unused
 			b.Config.MaxOpenDuration = 10 * b.Config.OpenDuration
 			if b.Config.OpenDuration > math.MaxInt64/10 {
 				b.Config.MaxOpenDuration = math.MaxInt64

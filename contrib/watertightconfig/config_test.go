@@ -205,11 +205,25 @@ func TestErrors(t *testing.T) {
 		), []string{"test.yaml:2: defaults.retry: unknown section (did you mean retries?)"}},
 		{"explicit zero that would mean the default", yamlLines(
 			"breakers:",
-			"  a: {window_size: 0, min_calls: 0, open_duration: 0}",
+			"  a: {window_size: 0, min_calls: 0, consecutive_failures: 0, half_open_successes: 0}",
 		), []string{
 			"test.yaml:2: breakers.a.window_size: must be > 0, got 0",
 			"test.yaml:2: breakers.a.min_calls: must be > 0, got 0",
-			"test.yaml:2: breakers.a.open_duration: must be > 0, got 0",
+			"test.yaml:2: breakers.a.consecutive_failures: must be > 0 or off, got 0",
+			"test.yaml:2: breakers.a.half_open_successes: must be > 0 or off, got 0",
+		}},
+		{"the trip rules' own rules", yamlLines(
+			"breakers:",
+			"  a: {window_size: 5, min_calls: 5, failure_count_threshold: 6}",
+			"  b: {half_open_calls: 2, half_open_successes: 3}",
+			"  c: {window_size: 5, failure_rate_threshold: off, slow_call_duration: 1s}",
+			"  d: {consecutive_failures: -1, failure_rate_threshold: on}",
+		), []string{
+			"test.yaml:2: breakers.a.failure_count_threshold: must be <= window_size (5), or the window could never hold that many failures, got 6",
+			"test.yaml:3: breakers.b.half_open_successes: must be <= half_open_calls (2), or the trials could never close the breaker, got 3",
+			"test.yaml:4: breakers.c.window_size: must be >= min_calls (20), or the rates could never trip the breaker (a negative failure_rate_threshold turns the rate rule off), got 5",
+			"test.yaml:5: breakers.d.consecutive_failures: must be > 0 or off, got -1",
+			`test.yaml:5: breakers.d.failure_rate_threshold: must be a fraction such as 0.5 or a percentage such as "50%", got "on"`,
 		}},
 		{"a bare number for a duration", yamlLines(
 			"breakers:",
@@ -236,7 +250,7 @@ func TestErrors(t *testing.T) {
 			"budgets:",
 			"  b: {ratio: '0%'}",
 		), []string{
-			`test.yaml:2: breakers.a.failure_rate_threshold: must be in (0, 1] (a fraction, or a percentage such as "50%"), got 0`,
+			`test.yaml:2: breakers.a.failure_rate_threshold: must be in (0, 1] (a fraction, or a percentage such as "50%"), got 0; write off to turn the rule off`,
 			`test.yaml:2: breakers.a.slow_call_rate_threshold: must be in (0, 1] (a fraction, or a percentage such as "50%"), got "120%"`,
 			`test.yaml:2: breakers.a.open_jitter: must be in [0, 1) (a fraction, or a percentage such as "50%"), got 1`,
 			`test.yaml:4: budgets.b.ratio: must be in [1e-06, 1] (a fraction, or a percentage such as "50%"), got "0%"`,

@@ -19,7 +19,10 @@
 // Each section maps instance names to fields that mirror the package's
 // Config in snake_case (circuit.Config.FailureRateThreshold is
 // failure_rate_threshold). Durations are Go duration strings ("250ms"),
-// rates a fraction (0.5) or a percentage ("50%"). The defaults section
+// rates a fraction (0.5) or a percentage ("50%"); a rule that can be turned
+// off reads off (consecutive_failures: off), and where the Go Config spells
+// a real zero negative, the file writes 0 (open_jitter: 0, no jitter;
+// open_duration: 0s, straight to half-open). The defaults section
 // gives every instance of a section the fields it does not set itself;
 // a field set nowhere takes its package's default. YAML anchors and merge
 // keys (<<) work too.

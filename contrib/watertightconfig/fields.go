@@ -112,6 +112,37 @@ func zeroMeans[T any](f field[T], ptr func(*T) *float64, v float64) field[T] {
 	return f
 }
 
+// zeroDur is zeroMeans for a duration field.
+func zeroDur[T any](f field[T], ptr func(*T) *time.Duration, v time.Duration) field[T] {
+	set := f.set
+	f.set = func(n *yaml.Node, c *T) string {
+		msg := set(n, c)
+		if msg == "" && *ptr(c) == 0 {
+			*ptr(c) = v
+		}
+		return msg
+	}
+	return f
+}
+
+// offRate is a rate field that also reads the keyword off, stored as -1:
+// a rule turned off (the Go Config's negative).
+func offRate[T any](f field[T], ptr func(*T) *float64) field[T] {
+	set := f.set
+	f.set = func(n *yaml.Node, c *T) string {
+		if s := deref(n); s != nil && s.Kind == yaml.ScalarNode && s.Tag == "!!str" && s.Value == "off" {
+			*ptr(c) = -1
+			return ""
+		}
+		msg := set(n, c)
+		if frac, _, bad := rateValue(n); msg != "" && bad == "" && frac <= 0 {
+			msg += "; write off to turn the rule off"
+		}
+		return msg
+	}
+	return f
+}
+
 func interval(lo, hi float64, loOpen, hiOpen bool) string {
 	l, r := "[", "]"
 	if loOpen {

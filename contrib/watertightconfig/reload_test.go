@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 )
@@ -212,6 +213,47 @@ func TestReloadRefusedReconfiguresNothing(t *testing.T) {
 	}
 	if s := a.Snapshot(); s.MaxConcurrent != 2 {
 		t.Fatalf("a refused reload reconfigured a to %d", s.MaxConcurrent)
+	}
+}
+
+// The trip rules in a file: off keywords, open_duration 0 as a real zero
+// (circuit's negative), and all of it read back from what Write writes.
+func TestTripRulesInFile(t *testing.T) {
+	f := mustParse(t, "breakers:\n"+
+		"  streak: {consecutive_failures: 5, failure_rate_threshold: off, half_open_calls: 3, half_open_successes: 3, open_duration: 0s}\n"+
+		"  count: {window_size: 5, min_calls: 5, failure_count_threshold: 3, half_open_successes: off}\n"+
+		"  dflt: {}\n")
+	check := func(f *File, when string) {
+		t.Helper()
+		s, c, d := f.Breakers["streak"].Config, f.Breakers["count"].Config, f.Breakers["dflt"].Config
+		if s.ConsecutiveFailures != 5 || s.FailureRateThreshold != -1 || s.HalfOpenSuccesses != 3 || s.OpenDuration != -1 {
+			t.Errorf("%s: streak %+v", when, s)
+		}
+		if c.FailureCountThreshold != 3 || c.HalfOpenSuccesses != 0 || c.FailureRateThreshold != circuit.DefaultFailureRateThreshold {
+			t.Errorf("%s: count %+v", when, c)
+		}
+		if d.ConsecutiveFailures != 0 || d.FailureCountThreshold != 0 || d.HalfOpenSuccesses != 0 || d.OpenDuration != circuit.DefaultOpenDuration {
+			t.Errorf("%s: dflt %+v", when, d)
+		}
+	}
+	check(f, "parsed")
+	var sb strings.Builder
+	if err := f.Write(&sb); err != nil {
+		t.Fatal(err)
+	}
+	check(mustParse(t, sb.String()), "written and read back")
+	// The breaker the file builds trips on the streak alone and goes
+	// straight to half-open.
+	b, err := circuit.New(f.Breakers["streak"].Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		p, _ := b.Allow()
+		p.Done(watertight.Failure)
+	}
+	if b.State() != circuit.HalfOpen {
+		t.Errorf("after 5 failures: %v, want half-open (open_duration 0)", b.State())
 	}
 }
 

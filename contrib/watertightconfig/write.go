@@ -138,7 +138,13 @@ func writeBreaker(o *out, b Breaker) {
 		o.unused(s, "window_buckets", strconv.Itoa(c.WindowBuckets), "the window is count-based")
 	}
 	o.field(s, "min_calls", strconv.Itoa(c.MinCalls))
-	o.field(s, "failure_rate_threshold", pct(c.FailureRateThreshold))
+	if c.FailureRateThreshold < 0 {
+		o.field(s, "failure_rate_threshold", "off")
+	} else {
+		o.field(s, "failure_rate_threshold", pct(c.FailureRateThreshold))
+	}
+	o.field(s, "consecutive_failures", intOff(c.ConsecutiveFailures))
+	o.field(s, "failure_count_threshold", intOff(c.FailureCountThreshold))
 	o.field(s, "slow_call_duration", durOr(c.SlowCallDuration, c.SlowCallDuration <= 0, "off"))
 	if c.SlowCallDuration <= 0 {
 		o.unused(s, "slow_call_rate_threshold", pct(c.SlowCallRateThreshold), "slow_call_duration is off")
@@ -146,11 +152,16 @@ func writeBreaker(o *out, b Breaker) {
 		o.field(s, "slow_call_rate_threshold", pct(c.SlowCallRateThreshold))
 	}
 	o.field(s, "count_saturation", strconv.FormatBool(c.CountSaturation))
-	o.field(s, "open_duration", dur(c.OpenDuration))
+	o.field(s, "open_duration", dur(max(c.OpenDuration, 0))) // negative (no wait) is 0 in a file
 	o.field(s, "open_duration_multiplier", num(c.OpenDurationMultiplier))
-	o.field(s, "max_open_duration", dur(c.MaxOpenDuration))
+	if c.OpenDuration < 0 {
+		o.unused(s, "max_open_duration", dur(c.MaxOpenDuration), "open_duration is 0: no wait")
+	} else {
+		o.field(s, "max_open_duration", dur(c.MaxOpenDuration))
+	}
 	o.field(s, "open_jitter", num(max(c.OpenJitter, 0))) // negative (none) is 0 in a file
 	o.field(s, "half_open_calls", strconv.Itoa(c.HalfOpenCalls))
+	o.field(s, "half_open_successes", intOff(c.HalfOpenSuccesses))
 	o.field(s, "max_half_open_wait", durOr(c.MaxHalfOpenWait, c.MaxHalfOpenWait < 0, "unlimited"))
 	o.field(s, "max_keys", keys(b.MaxKeys))
 }
@@ -286,6 +297,14 @@ func durOr(d time.Duration, kw bool, word string) string {
 		return word
 	}
 	return dur(d)
+}
+
+// intOff writes a count whose zero turns a rule off.
+func intOff(n int) string {
+	if n <= 0 {
+		return "off"
+	}
+	return strconv.Itoa(n)
 }
 
 func keys(n int) string {
