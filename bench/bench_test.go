@@ -222,6 +222,37 @@ func BenchmarkBreakerClosed(b *testing.B) {
 		})
 		t.check(b)
 	})
+	// The same breaker with gobreaker's own rule beside the rate: six
+	// failures in a row (its default ReadyToTrip, "more than 5").
+	b.Run("watertight-consecutive", func(b *testing.B) {
+		cb, err := circuit.New(circuit.Config{
+			Name: "bench", WindowSize: windowSize, MinCalls: minCalls, FailureRateThreshold: failureRate,
+			OpenDuration: openDuration, ConsecutiveFailures: 6,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var t tally
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			var sum, wrong int64
+			for pb.Next() {
+				p, err := cb.Allow()
+				if err != nil {
+					wrong++
+					continue
+				}
+				v, err := work(ctx)
+				p.Done(watertight.Success)
+				sum += int64(v)
+				if err != nil {
+					wrong++
+				}
+			}
+			t.add(sum, wrong)
+		})
+		t.check(b)
+	})
 	b.Run("gobreaker", func(b *testing.B) {
 		cb := newGobreaker()
 		var t tally
