@@ -255,3 +255,92 @@ func BenchmarkRetryThrottle(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkConcurrency measures the concurrent-retry budget: Enter and
+// Leave of a request (every call), a granted retry (TryAcquire and Release)
+// inside one, and a refused retry, serial and from b.RunParallel goroutines.
+func BenchmarkConcurrency(b *testing.B) {
+	newC := func(b *testing.B, cfg budget.ConcurrencyConfig) *budget.Concurrency {
+		c, err := budget.NewConcurrency(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	// request: Enter and Leave, no retry (the healthy path).
+	b.Run("request", func(b *testing.B) {
+		c := newC(b, budget.ConcurrencyConfig{})
+		b.ReportAllocs()
+		for b.Loop() {
+			c.Enter()
+			c.Leave()
+		}
+	})
+	b.Run("request/parallel", func(b *testing.B) {
+		c := newC(b, budget.ConcurrencyConfig{})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				c.Enter()
+				c.Leave()
+			}
+		})
+	})
+	// request+retry: every request retries once, and may (Percent 100:
+	// every active request may hold a slot).
+	b.Run("request+retry", func(b *testing.B) {
+		c := newC(b, budget.ConcurrencyConfig{Percent: 100})
+		b.ReportAllocs()
+		for b.Loop() {
+			c.Enter()
+			if !c.TryAcquire() {
+				b.Fatal("refused")
+			}
+			c.Release()
+			c.Leave()
+		}
+	})
+	b.Run("request+retry/parallel", func(b *testing.B) {
+		c := newC(b, budget.ConcurrencyConfig{Percent: 100})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				c.Enter()
+				if !c.TryAcquire() {
+					b.Error("refused")
+					return
+				}
+				c.Release()
+				c.Leave()
+			}
+		})
+	})
+	// healthy: requests with a retry now and then (one in 50).
+	b.Run("healthy/parallel", func(b *testing.B) {
+		c := newC(b, budget.ConcurrencyConfig{})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for i := 0; pb.Next(); i++ {
+				c.Enter()
+				if i%50 == 0 && c.TryAcquire() {
+					c.Release()
+				}
+				c.Leave()
+			}
+		})
+	})
+	// exhausted: a refused retry, the slots all held.
+	b.Run("exhausted/parallel", func(b *testing.B) {
+		c := newC(b, budget.ConcurrencyConfig{Percent: -1, MinConcurrency: 1})
+		c.TryAcquire()
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if c.TryAcquire() {
+					b.Error("granted")
+					return
+				}
+			}
+		})
+	})
+}

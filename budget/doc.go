@@ -1,6 +1,8 @@
 // Package budget keeps a client's extra load on a struggling dependency in
 // proportion to its real load: a retry budget, which caps retries (and
-// hedges) at a share of requests, client-side adaptive throttling, which
+// hedges) at a share of requests, a concurrent-retry budget (Concurrency,
+// Envoy's retry_budget), which caps the retries in flight at a share of the
+// requests in progress, client-side adaptive throttling, which
 // rejects requests locally when the dependency keeps rejecting them for
 // overload, and gRPC's retry throttling (RetryThrottle, gRFC A6), which stops
 // retries while failures outweigh successes.
@@ -66,6 +68,48 @@
 //
 // Finagle's default ratio is 20%; the SRE book's, used here, is 10%.
 //
+// # Concurrent retry budget
+//
+// A [Concurrency] is Envoy's retry_budget (a cluster's circuit-breaker
+// threshold): the retries in flight at once may be at most
+// ConcurrencyConfig.Percent of the active requests (20% by default), and
+// ConcurrencyConfig.MinConcurrency retries (3 by default) may always be in
+// flight however few requests are active:
+//
+//	retries in flight ≤ max(MinConcurrency, ⌊Percent/100 · active requests⌋)
+//
+// It takes two pairs of calls: [Concurrency.Enter] when a request starts and
+// [Concurrency.Leave] when it ends (once per original request: a request
+// that is being retried, or waits before a retry, stays active, as it does in
+// Envoy, which counts a retry's own upstream request and the pending ones),
+// and [Concurrency.TryAcquire] before a retry, with [Concurrency.Release]
+// when the retry attempt ends. Package retry makes the four calls when its
+// Config.Concurrency is set, and takes the slot when it schedules the retry,
+// so the slot covers the wait before the retry too, as in Envoy.
+//
+// Which to use. A [Budget] remembers: its balance is what past requests
+// deposited (up to MaxTokens), so after a quiet stretch a burst of failures
+// finds the saved-up tokens and the floor only, and after a busy one a
+// sudden drop in traffic can still spend what the busy stretch saved. A
+// Concurrency remembers nothing: its limit is a share of the requests in
+// progress at this moment, so it follows a bursty request rate at once — a
+// burst of a thousand concurrent requests that all fail may send two hundred
+// retries at once, not MaxTokens — and it needs no clock and no window. What
+// it does not bound is the retries over time: a retry that ends frees its
+// slot for the next, so a dependency that is down and answers fast can see
+// many retries a second from few slots. Prefer the Concurrency for bursty
+// traffic and fast-failing calls in flight together (a proxy, a fan-out);
+// prefer the Budget to bound the extra load as a share of the requests over
+// time; set both (package retry's Config.Budget and Config.Concurrency) to
+// have both bounds: a retry then needs a token and a slot.
+//
+// Sizing: Percent is the extra concurrency the dependency must absorb when
+// every request fails, so 20% means it must take 1.2 times the usual
+// requests in flight; MinConcurrency is what a quiet client may retry at
+// once, and should stay small (a handful), since it is the whole limit at
+// low traffic. Negative Percent leaves MinConcurrency alone as a fixed cap
+// (Envoy's max_retries); negative MinConcurrency removes the floor.
+//
 // # Adaptive throttling
 //
 // A dependency that rejects requests for overload still pays for each one
@@ -101,16 +145,18 @@
 //
 // # Disabled
 //
-// A nil *Budget and a nil *Throttler are valid and disabled: a nil Budget
-// grants every retry, a nil Throttler lets every request through. Code that
-// takes an optional budget or throttler calls them without checking.
+// A nil *Budget, a nil *Concurrency and a nil *Throttler are valid and
+// disabled: a nil Budget or Concurrency grants every retry, a nil Throttler
+// lets every request through. Code that takes an optional budget or
+// throttler calls them without checking.
 //
 // # Events
 //
 // With Config.Listener, a Budget reports each refused Withdraw as a
-// watertight.EventBudgetExhausted; with ThrottleConfig.Listener, a Throttler
+// watertight.EventBudgetExhausted, and with ConcurrencyConfig.Listener, a
+// Concurrency each refused TryAcquire; with ThrottleConfig.Listener, a Throttler
 // reports each local rejection as a watertight.EventRejected (Err
-// ErrThrottled). Both have Source "budget" and the configured Name, and are
+// ErrThrottled). All have Source "budget" and the configured Name, and are
 // sent with no lock held. Without a listener nothing is built: the paths
 // cost what they did.
 package budget

@@ -109,3 +109,39 @@ func ExampleThrottler_Allow() {
 	fmt.Println(s.Requests, "requests,", s.Accepts, "accepts, probability", s.RejectProbability)
 	// Output: 10 requests, 10 accepts, probability 0
 }
+
+// A concurrent-retry budget with Envoy's defaults: the retries in flight at
+// once are at most 20% of the requests in progress, and at least three may
+// always be. When every request fails at once, a quiet moment gets the
+// floor's three retries and a busy one a fifth of its requests, whatever
+// came before.
+func ExampleConcurrency() {
+	c, err := budget.NewConcurrency(budget.ConcurrencyConfig{}) // 20%, at least 3
+	if err != nil {
+		panic(err)
+	}
+	for _, active := range []int{10, 100} {
+		for range active {
+			c.Enter() // once per request, when it starts
+		}
+		retrying := 0
+		for range active { // every request fails and asks for a retry
+			if c.TryAcquire() {
+				retrying++ // ... the retry runs; then c.Release()
+			}
+		}
+		fmt.Printf("%d requests in progress: %d retries in flight\n", active, retrying)
+		for range retrying {
+			c.Release() // when each retry attempt ends
+		}
+		for range active {
+			c.Leave() // when each request ends
+		}
+	}
+	s := c.Snapshot()
+	fmt.Println("granted:", s.Granted, "refused:", s.Refused, "in flight now:", s.InFlight)
+	// Output:
+	// 10 requests in progress: 3 retries in flight
+	// 100 requests in progress: 20 retries in flight
+	// granted: 23 refused: 87 in flight now: 0
+}
