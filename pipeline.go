@@ -248,7 +248,7 @@ func step[T any](ctx context.Context, p *Pipeline, i int, fn func(context.Contex
 		v, err = step(c, p, i+1, fn)
 	}
 	if err != nil && p.flags[i]&flagRepeat != 0 {
-		v, t, err = repeat(c, p, i, t, err, fn)
+		v, err = repeat(c, p, i, &t, err, fn)
 	}
 	ended = true
 	return v, pol.Exit(c, t, err)
@@ -257,15 +257,16 @@ func step[T any](ctx context.Context, p *Pipeline, i int, fn func(context.Contex
 // repeat runs the rest of the pipeline after the repeating policy i again,
 // after a first run failed with err, until a run succeeds or the policy's
 // Again says stop. (The first run is step's own, which keeps the success
-// path one call shorter.)
-func repeat[T any](ctx context.Context, p *Pipeline, i int, t Ticket, err error, fn func(context.Context) (T, error)) (v T, _ Ticket, _ error) {
+// path one call shorter.) It keeps *t as Again left it, so that the Exit of
+// step's deferred panic path sees the Ticket of the attempt that panicked.
+func repeat[T any](ctx context.Context, p *Pipeline, i int, t *Ticket, err error, fn func(context.Context) (T, error)) (v T, _ error) {
 	rep := p.policies[i].(Repeater)
 	for {
 		var wait time.Duration
 		var again bool
-		t, wait, again = rep.Again(ctx, t, err)
+		*t, wait, again = rep.Again(ctx, *t, err)
 		if !again || !sleep(ctx, wait) {
-			return v, t, err
+			return v, err
 		}
 		if i+1 == len(p.policies) {
 			v, err = fn(ctx)
@@ -273,7 +274,7 @@ func repeat[T any](ctx context.Context, p *Pipeline, i int, t Ticket, err error,
 			v, err = step(ctx, p, i+1, fn)
 		}
 		if err == nil {
-			return v, t, nil
+			return v, nil
 		}
 	}
 }
@@ -456,10 +457,11 @@ func runDetached[T any](ctx context.Context, p *Pipeline, from int, fn func(cont
 	var zero T
 	frames := make([]frame, len(p.policies))
 	i := from
+	entered := from // policies [from, entered) have been entered
 	finished := false
 	defer func() {
 		if !finished {
-			p.unwind(frames, from, i, ErrPanicked)
+			p.unwind(frames, from, entered, ErrPanicked)
 		}
 	}()
 	for ; i < len(p.policies); i++ {
@@ -469,10 +471,12 @@ func runDetached[T any](ctx context.Context, p *Pipeline, from int, fn func(cont
 			return zero, nil, p.unwind(frames, from, i, err)
 		}
 		frames[i] = frame{ctx: c, t: t}
+		entered = i + 1
 		ctx = c
 		if p.flags[i]&flagRepeat != 0 {
-			v, t, works, err := repeatDetached(c, p, i, t, fn)
-			frames[i].t = t
+			// A panic in an attempt exits the repeater too, with the
+			// Ticket as its last Again left it (in frames[i].t).
+			v, works, err := repeatDetached(c, p, i, &frames[i].t, fn)
 			finished = true
 			if len(works) > 0 {
 				// Attempts abandoned further in are still running: the
@@ -519,8 +523,9 @@ func runDetached[T any](ctx context.Context, p *Pipeline, from int, fn func(cont
 }
 
 // repeatDetached is repeat for DoDetached: it returns the work of the
-// attempts that were abandoned further in and still run.
-func repeatDetached[T any](ctx context.Context, p *Pipeline, i int, t Ticket, fn func(context.Context) (T, error)) (v T, _ Ticket, works []*work, err error) {
+// attempts that were abandoned further in and still run. It keeps *t as
+// Again left it.
+func repeatDetached[T any](ctx context.Context, p *Pipeline, i int, t *Ticket, fn func(context.Context) (T, error)) (v T, works []*work, err error) {
 	rep := p.policies[i].(Repeater)
 	for {
 		var w *work
@@ -533,13 +538,13 @@ func repeatDetached[T any](ctx context.Context, p *Pipeline, i int, t Ticket, fn
 			works = append(works, w)
 		}
 		if err == nil {
-			return v, t, works, nil
+			return v, works, nil
 		}
 		var wait time.Duration
 		var again bool
-		t, wait, again = rep.Again(ctx, t, err)
+		*t, wait, again = rep.Again(ctx, *t, err)
 		if !again || !sleep(ctx, wait) {
-			return v, t, works, err
+			return v, works, err
 		}
 	}
 }

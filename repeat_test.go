@@ -183,3 +183,70 @@ func TestOverloaded(t *testing.T) {
 		t.Fatalf("message %q", o.Error())
 	}
 }
+
+// ticketRepeater is repeater that records the Tickets its Exit sees, with
+// the error.
+type ticketRepeater struct {
+	repeater
+	exits []watertight.Ticket
+	errs  []error
+}
+
+func (r *ticketRepeater) Exit(ctx context.Context, t watertight.Ticket, err error) error {
+	r.exits = append(r.exits, t)
+	r.errs = append(r.errs, err)
+	return r.repeater.Exit(ctx, t, err)
+}
+
+// When an attempt after the first panics, the repeater's Exit runs once,
+// with ErrPanicked and the Ticket as its last Again left it: a Ticket that
+// stands for something held during the retry (a slot of a concurrent-retry
+// budget) is given back. Through Do and through DoDetached.
+func TestRepeaterPanicExitSeesTheLastTicket(t *testing.T) {
+	attempt, err := timeout.New(timeout.Config{Name: "attempt", Timeout: time.Hour, Abandon: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func(p *watertight.Pipeline, fn func(context.Context) (int, error)) (int, error) {
+		return watertight.Do(context.Background(), p, fn)
+	}
+	doDetached := func(p *watertight.Pipeline, fn func(context.Context) (int, error)) (int, error) {
+		return watertight.DoDetached(context.Background(), p, fn)
+	}
+	for _, tc := range []struct {
+		name string
+		do   func(*watertight.Pipeline, func(context.Context) (int, error)) (int, error)
+		pols func(rep watertight.Policy) []watertight.Policy
+	}{
+		{"Do", do, func(rep watertight.Policy) []watertight.Policy { return []watertight.Policy{rep, nop{}} }},
+		{"DoDetached", doDetached, func(rep watertight.Policy) []watertight.Policy { return []watertight.Policy{rep, attempt} }},
+		// The repeater in the detached goroutine, after the detaching policy.
+		{"DoDetached/inside", doDetached, func(rep watertight.Policy) []watertight.Policy { return []watertight.Policy{attempt, rep} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &ticketRepeater{repeater: repeater{max: 3}}
+			p := watertight.MustNew(tc.pols(rep)...)
+			calls := 0
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Error("the panic did not go on")
+					}
+				}()
+				_, _ = tc.do(p, func(context.Context) (int, error) {
+					calls++
+					if calls == 1 {
+						return 0, errFlaky
+					}
+					panic("bug")
+				})
+			}()
+			if len(rep.exits) != 1 {
+				t.Fatalf("%d Exits of the repeater, want 1", len(rep.exits))
+			}
+			if rep.exits[0].Seq != 2 || !errors.Is(rep.errs[0], watertight.ErrPanicked) {
+				t.Fatalf("Exit saw Ticket %+v and %v; want Seq 2 (as Again left it) and ErrPanicked", rep.exits[0], rep.errs[0])
+			}
+		})
+	}
+}
