@@ -30,13 +30,19 @@
 // the last error returned at once (errors.Is(err, ErrNoTime)). A retry
 // budget (package budget) shared by every call site of a dependency caps
 // retries at a share of requests: with the default 10% a dependency that is
-// down sees about 1.1 times its normal load instead of 3 times.
+// down sees about 1.1 times its normal load instead of 3 times. A
+// concurrent-retry budget (budget.Concurrency, Config.Concurrency; Envoy's
+// retry_budget) caps instead the retries in flight at a share of the calls
+// in progress (20%, at least 3, by default), which follows a bursty request
+// rate at once; with both set, a retry needs both. Either refusal ends the
+// call with a SkippedError (ErrNoBudget, ErrNoConcurrency) that matches
+// budget.ErrExhausted.
 //
 // # One layer only
 //
 // Retry in one layer only, the one closest to the failing dependency. When
 // this layer gives up, its error (ExhaustedError, or SkippedError for an
-// exhausted budget) carries the "overloaded, don't retry" signal
+// exhausted budget of either kind) carries the "overloaded, don't retry" signal
 // (watertight.IsOverloaded), so that a retry policy in a layer above does not
 // multiply the attempts: three layers of three attempts would turn one user
 // action into 27 calls to a dependency that is down.

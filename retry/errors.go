@@ -19,8 +19,12 @@ var (
 	// have left less than Config.MinAttemptTime before the deadline.
 	ErrNoTime = errors.New("retry: not retried: not enough time left before the deadline")
 	// ErrNoBudget is the reason of a SkippedError for a retry the retry
-	// budget refused.
+	// budget (Config.Budget) refused.
 	ErrNoBudget = errors.New("retry: not retried: retry budget exhausted")
+	// ErrNoConcurrency is the reason of a SkippedError for a retry the
+	// concurrent-retry budget (Config.Concurrency) refused: too many retries
+	// were in flight.
+	ErrNoConcurrency = errors.New("retry: not retried: retry concurrency budget exhausted (too many retries in flight)")
 	// ErrRetryAfterTooLong matches (errors.Is) a RetryAfterError, and is the
 	// Reason of its Skipped event: the server asked for a wait longer than
 	// Config.MaxRetryAfter.
@@ -54,10 +58,12 @@ func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }
 func (e *ExhaustedError) Overloaded() bool { return true }
 
 // SkippedError is the error of a call that failed with a retryable error
-// but was not retried further, with the reason: ErrNotIdempotent, ErrNoTime
-// or ErrNoBudget. errors.Is matches both the reason and the call's error.
-// A SkippedError for ErrNoBudget carries the "overloaded, don't retry"
-// signal: the dependency is failing for many callers at once.
+// but was not retried further, with the reason: ErrNotIdempotent, ErrNoTime,
+// ErrNoBudget or ErrNoConcurrency. errors.Is matches both the reason and the
+// call's error. A SkippedError for ErrNoBudget or ErrNoConcurrency (a
+// budget's refusal) matches budget.ErrExhausted, is a rejection and carries
+// the "overloaded, don't retry" signal: the dependency is failing for many
+// callers at once.
 type SkippedError struct {
 	// Attempts is the number of attempts made.
 	Attempts int
@@ -80,18 +86,24 @@ func (e *SkippedError) Error() string {
 // Unwrap returns the reason and the last attempt's error.
 func (e *SkippedError) Unwrap() []error { return []error{e.Reason, e.Err} }
 
-// Rejection reports whether the retry was refused by the budget: a
-// protection's refusal, recognised by watertight.IsRejection.
-func (e *SkippedError) Rejection() bool { return e.Reason == ErrNoBudget }
+// Rejection reports whether the retry was refused by a budget (Config.Budget
+// or Config.Concurrency): a protection's refusal, recognised by
+// watertight.IsRejection.
+func (e *SkippedError) Rejection() bool { return e.byBudget() }
 
-// Is reports whether a retry refused by the budget is matched against
+// Is reports whether a retry refused by a budget is matched against
 // budget.ErrExhausted.
 func (e *SkippedError) Is(target error) bool {
-	return e.Reason == ErrNoBudget && target == budget.ErrExhausted
+	return target == budget.ErrExhausted && e.byBudget()
 }
 
-// Overloaded reports whether the retry was refused by the budget.
-func (e *SkippedError) Overloaded() bool { return e.Reason == ErrNoBudget }
+// Overloaded reports whether the retry was refused by a budget.
+func (e *SkippedError) Overloaded() bool { return e.byBudget() }
+
+// byBudget reports whether a budget refused the retry.
+func (e *SkippedError) byBudget() bool {
+	return e.Reason == ErrNoBudget || e.Reason == ErrNoConcurrency
+}
 
 // RetryAfterError is the error of a call whose attempt failed with a
 // retryable error that carried a server's requested wait (After: an HTTP

@@ -59,6 +59,17 @@ type Config struct {
 	// every retry: share one Budget between all the policies in front of one
 	// dependency.
 	Budget *budget.Budget
+	// Concurrency, if not nil, is a concurrent-retry budget (Envoy's
+	// retry_budget) that must grant a slot to every retry: each call counts
+	// as active in it for its whole duration (Enter to Exit, its retries and
+	// waits included), and each retry holds a slot from the moment it is
+	// scheduled, through its wait, to the end of its attempt, on every path
+	// (success, failure, panic, the context's end). A retry refused a slot is
+	// skipped with ErrNoConcurrency. With Budget set too, a retry needs both:
+	// the slot is asked for first and given back if the Budget refuses.
+	// Share one Concurrency between all the policies in front of one
+	// dependency.
+	Concurrency *budget.Concurrency
 	// OnEvent, if not nil, is called in the caller's goroutine for every
 	// retry scheduled, every call that exhausted its attempts and every
 	// retry skipped, with no lock held. It should return quickly.
@@ -68,8 +79,9 @@ type Config struct {
 	// EventRetryScheduled (Attempt the attempts made so far, Delay the wait
 	// before the next, Err the failed attempt's error), EventRetryExhausted
 	// (Attempt, Err) and EventRetrySkipped (Attempt, Err, and Reason: "not
-	// idempotent", "not enough time left before the deadline" or "retry
-	// budget exhausted"). It is called in the caller's goroutine, with no
+	// idempotent", "not enough time left before the deadline", "retry
+	// budget exhausted" or "retry concurrency budget exhausted: too many
+	// retries in flight"). It is called in the caller's goroutine, with no
 	// lock held (see watertight.Listener). If nil, no events are built.
 	Listener watertight.Listener
 }
@@ -84,7 +96,7 @@ const (
 	// ExhaustedError.
 	Exhausted
 	// Skipped: a retryable failure was not retried; Event.Reason says why
-	// (ErrNotIdempotent, ErrNoTime, ErrNoBudget).
+	// (ErrNotIdempotent, ErrNoTime, ErrNoBudget, ErrNoConcurrency).
 	Skipped
 )
 
@@ -120,7 +132,8 @@ type Event struct {
 // Policy is a retry policy: a watertight.Repeater to place in a Pipeline,
 // or to use alone with Do. Build it with New; it is immutable and safe for
 // concurrent use. On the success path it adds a budget deposit (one atomic
-// add, if a budget is set) and nothing else: no clock, no allocation.
+// add, if a budget is set) and, with a Concurrency, an Enter and a Leave (an
+// atomic add each), and nothing else: no clock, no allocation.
 type Policy struct {
 	cfg  Config
 	pipe *watertight.Pipeline // the policy alone, for Do
@@ -168,9 +181,11 @@ func Do[T any](ctx context.Context, p *Policy, fn func(context.Context) (T, erro
 	return watertight.Do(ctx, p.pipe, fn)
 }
 
-// The Ticket a Policy issues: Seq holds the attempts made in its low 32 bits
-// and the reason it stopped above them; Start holds the previous wait (for
-// decorrelated jitter).
+// The Ticket a Policy issues: Seq holds the attempts made in its low 32 bits,
+// the reason it stopped in the bits above them, and in its top bit
+// (slotHeld) whether the attempt under way holds a slot of
+// Config.Concurrency; Start holds the previous wait (for decorrelated
+// jitter).
 const (
 	stopNone uint64 = iota
 	stopExhausted
@@ -178,21 +193,32 @@ const (
 	stopNoTime
 	stopNoBudget
 	stopRetryAfter
+	stopNoConcurrency
 )
 
+const slotHeld uint64 = 1 << 63
+
 func attempts(t watertight.Ticket) int  { return int(uint32(t.Seq)) }
-func stopOf(t watertight.Ticket) uint64 { return t.Seq >> 32 }
+func stopOf(t watertight.Ticket) uint64 { return t.Seq &^ slotHeld >> 32 }
 
 // Enter implements watertight.Policy: it deposits one request into the
-// budget and starts counting attempts.
+// budget, counts the call as active in the concurrent-retry budget and
+// starts counting attempts.
 func (p *Policy) Enter(ctx context.Context) (context.Context, watertight.Ticket, error) {
 	p.cfg.Budget.Deposit()
+	if p.cfg.Concurrency != nil { // checked here: Enter is too big to inline
+		p.cfg.Concurrency.Enter()
+	}
 	return ctx, watertight.Ticket{Seq: 1}, nil
 }
 
 // Again implements watertight.Repeater: it decides whether the failed
 // attempt is retried, and after what wait.
 func (p *Policy) Again(ctx context.Context, t watertight.Ticket, err error) (watertight.Ticket, time.Duration, bool) {
+	if t.Seq&slotHeld != 0 { // the retry attempt that held it has ended
+		p.cfg.Concurrency.Release()
+		t.Seq &^= slotHeld
+	}
 	if ctx.Err() != nil || !p.retryable(err) {
 		return t, 0, false
 	}
@@ -223,7 +249,13 @@ func (p *Policy) Again(ctx context.Context, t watertight.Ticket, err error) (wat
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait+p.cfg.MinAttemptTime {
 		return stop(stopNoTime)
 	}
+	// The slot first: it can be given back if the budget refuses, a token
+	// cannot.
+	if !p.cfg.Concurrency.TryAcquire() {
+		return stop(stopNoConcurrency)
+	}
 	if !p.cfg.Budget.Withdraw() {
+		p.cfg.Concurrency.Release()
 		return stop(stopNoBudget)
 	}
 	if p.cfg.OnEvent != nil {
@@ -235,6 +267,9 @@ func (p *Policy) Again(ctx context.Context, t watertight.Ticket, err error) (wat
 		})
 	}
 	t.Seq = uint64(n + 1)
+	if p.cfg.Concurrency != nil {
+		t.Seq |= slotHeld // until the next Again or Exit
+	}
 	t.Start = int64(wait)
 	return t, wait, true
 }
@@ -285,6 +320,8 @@ func reasonWords(reason uint64) string {
 		return "not enough time left before the deadline"
 	case stopNoBudget:
 		return "retry budget exhausted"
+	case stopNoConcurrency:
+		return "retry concurrency budget exhausted: too many retries in flight"
 	case stopRetryAfter:
 		return "the server asked to wait longer than MaxRetryAfter"
 	}
@@ -299,18 +336,28 @@ func reasonErr(reason uint64) error {
 		return ErrNoTime
 	case stopNoBudget:
 		return ErrNoBudget
+	case stopNoConcurrency:
+		return ErrNoConcurrency
 	case stopRetryAfter:
 		return ErrRetryAfterTooLong
 	}
 	return nil
 }
 
-// Exit implements watertight.Policy: it returns nil on success, the error
-// as it is when it was not worth retrying (or the caller's context ended),
-// an *ExhaustedError when every attempt failed, a *RetryAfterError when the
-// server asked for a wait longer than Config.MaxRetryAfter, and a
-// *SkippedError when a retry was skipped for another reason.
+// Exit implements watertight.Policy: it gives back the retry slot the last
+// attempt held and ends the call's count as active (Config.Concurrency),
+// and returns nil on success, the error as it is when it was not worth
+// retrying (or the caller's context ended), an *ExhaustedError when every
+// attempt failed, a *RetryAfterError when the server asked for a wait
+// longer than Config.MaxRetryAfter, and a *SkippedError when a retry was
+// skipped for another reason.
 func (p *Policy) Exit(ctx context.Context, t watertight.Ticket, err error) error {
+	if c := p.cfg.Concurrency; c != nil {
+		if t.Seq&slotHeld != 0 {
+			c.Release()
+		}
+		c.Leave()
+	}
 	if err == nil {
 		return nil
 	}
