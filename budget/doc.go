@@ -89,19 +89,19 @@
 //
 // Which to use. A [Budget] remembers: its balance is what past requests
 // deposited (up to MaxTokens), so after a quiet stretch a burst of failures
-// finds the saved-up tokens and the floor only, and after a busy one a
-// sudden drop in traffic can still spend what the busy stretch saved. A
-// Concurrency remembers nothing: its limit is a share of the requests in
-// progress at this moment, so it follows a bursty request rate at once — a
-// burst of a thousand concurrent requests that all fail may send two hundred
-// retries at once, not MaxTokens — and it needs no clock and no window. What
-// it does not bound is the retries over time: a retry that ends frees its
-// slot for the next, so a dependency that is down and answers fast can see
-// many retries a second from few slots. Prefer the Concurrency for bursty
-// traffic and fast-failing calls in flight together (a proxy, a fan-out);
-// prefer the Budget to bound the extra load as a share of the requests over
-// time; set both (package retry's Config.Budget and Config.Concurrency) to
-// have both bounds: a retry then needs a token and a slot.
+// finds the saved-up tokens and the floor only, and after a busy one a sudden
+// drop in traffic can still spend what the busy stretch saved. A Concurrency
+// remembers nothing: its limit is a share of the requests in progress at this
+// moment, so it follows a bursty request rate at once — a burst of a thousand
+// concurrent requests that all fail may send two hundred retries at once,
+// whatever came before — and it needs no clock and no window. What it does not
+// bound is the retries over time: a retry that ends frees its slot for the
+// next, so a dependency that is down and answers fast can see many retries a
+// second from few slots. Prefer the Concurrency for bursty traffic, many
+// calls in flight together (a proxy, a fan-out); prefer the
+// Budget to bound the extra load as a share of the requests over time; set
+// both (package retry's Config.Budget and Config.Concurrency) to have both
+// bounds: a retry then needs a token and a slot.
 //
 // Sizing: Percent is the extra concurrency the dependency must absorb when
 // every request fails, so 20% means it must take 1.2 times the usual
