@@ -43,6 +43,9 @@ type File struct {
 	Retries map[string]Retry
 	// Budgets are the retry budgets (section budgets:).
 	Budgets map[string]Budget
+	// ConcurrencyBudgets are the concurrent-retry budgets (section
+	// concurrency_budgets:).
+	ConcurrencyBudgets map[string]ConcurrencyBudget
 	// Timeouts are the timeouts (section timeouts:).
 	Timeouts map[string]Timeout
 	// Hedges are the hedging policies (section hedges:).
@@ -81,13 +84,25 @@ type Retry struct {
 	// Budget names the File's budget the policy draws its retries from;
 	// empty for none. Policies that name the same budget share one Budget.
 	Budget string
-	src    source
+	// Concurrency names the File's concurrent-retry budget whose slots the
+	// policy's retries hold; empty for none. Policies that name the same
+	// one share one budget.Concurrency.
+	Concurrency string
+	src         source
 }
 
 // Budget is a named retry budget of a File.
 type Budget struct {
 	// Config is the budget's configuration, defaults filled in.
 	Config budget.Config
+	src    source
+}
+
+// ConcurrencyBudget is a named concurrent-retry budget of a File (Envoy's
+// retry_budget: retries in flight at most a share of the active requests).
+type ConcurrencyBudget struct {
+	// Config is the budget's configuration, defaults filled in.
+	Config budget.ConcurrencyConfig
 	src    source
 }
 
@@ -177,6 +192,14 @@ var retryFields = []field[Retry]{
 		return decodeFields(d, n, path, "backoff.", backoffFields, &r.Backoff, src, fromDefaults)
 	}},
 	stringField("budget", func(r *Retry) *string { return &r.Budget }),
+	stringField("concurrency", func(r *Retry) *string { return &r.Concurrency }),
+}
+
+var concurrencyFields = []field[ConcurrencyBudget]{
+	offRate(rateField("percent", 0, 1, true, false, true, func(b *ConcurrencyBudget) *float64 { return &b.Config.Percent }),
+		func(b *ConcurrencyBudget) *float64 { return &b.Config.Percent }), // off: min_concurrency alone is the cap
+	zeroInt(intField("min_concurrency", 0, budget.MaxMinConcurrency, nil, func(b *ConcurrencyBudget) *int { return &b.Config.MinConcurrency }),
+		func(b *ConcurrencyBudget) *int { return &b.Config.MinConcurrency }, -1), // 0 in a file is no floor: the package's negative
 }
 
 var budgetFields = []field[Budget]{
@@ -326,7 +349,7 @@ var retryKind = kind[Retry]{
 			ps = appendUnused(ps, src, "backoff.multiplier", "backoff.jitter", "has no effect with jitter: constant")
 		}
 		if r.Config.MaxAttempts == 1 {
-			for _, k := range []string{"backoff", "max_delay", "min_attempt_time", "budget"} {
+			for _, k := range []string{"backoff", "max_delay", "min_attempt_time", "budget", "concurrency"} {
 				ps = appendUnused(ps, src, k, "max_attempts", "has no effect with max_attempts: 1 (no retries)")
 			}
 		}
@@ -341,7 +364,7 @@ var retryKind = kind[Retry]{
 	normalize: func(r *Retry) {
 		if r.Config.MaxAttempts == 1 {
 			r.Config.MaxDelay, r.Config.MinAttemptTime = retry.DefaultMaxDelay, 0
-			r.Backoff, r.Budget = backoff.DefaultConfig(), ""
+			r.Backoff, r.Budget, r.Concurrency = backoff.DefaultConfig(), "", ""
 		}
 		if r.Backoff.Jitter == backoff.Decorrelated || r.Backoff.Jitter == backoff.Constant {
 			r.Backoff.Multiplier = backoff.DefaultMultiplier
@@ -362,6 +385,23 @@ var budgetKind = kind[Budget]{
 		return nil
 	},
 	src: func(b *Budget) *source { return &b.src },
+}
+
+var concurrencyKind = kind[ConcurrencyBudget]{
+	name:   "concurrency_budgets",
+	fields: concurrencyFields,
+	init:   func() ConcurrencyBudget { return ConcurrencyBudget{Config: budget.DefaultConcurrencyConfig()} },
+	finish: func(b *ConcurrencyBudget, name string) { b.Config.Name = name },
+	check: func(b *ConcurrencyBudget, src source) []problem {
+		if b.Config.Percent < 0 && b.Config.MinConcurrency < 0 {
+			return []problem{{key: "min_concurrency", msg: "must be > 0 with percent: off (it is then the cap on retries in flight, and 0 would refuse every retry), got 0"}}
+		}
+		if _, err := budget.NewConcurrency(b.Config); err != nil {
+			return []problem{packageProblem(err, "", concurrencyFields, src)}
+		}
+		return nil
+	},
+	src: func(b *ConcurrencyBudget) *source { return &b.src },
 }
 
 var timeoutKind = kind[Timeout]{
@@ -454,7 +494,7 @@ func appendUnused(ps []problem, src source, key, gate, msg string) []problem {
 
 // packageErr matches a package's validation error: "circuit:
 // Config.WindowSize must be >= MinCalls (20), ..., got 10".
-var packageErr = regexp.MustCompile(`^[a-z]+: (?:[A-Za-z]+\.)?Config\.([A-Z][A-Za-z]*) (.*)$`)
+var packageErr = regexp.MustCompile(`^[a-z]+: (?:[A-Za-z]+\.)?[A-Za-z]*Config\.([A-Z][A-Za-z]*) (.*)$`)
 
 var goIdent = regexp.MustCompile(`\b[A-Z][A-Za-z]*\b`)
 
@@ -533,7 +573,7 @@ func decodeKind[T any](d *decoder, k kind[T], defaults *yaml.Node, section *yaml
 }
 
 // sections are the top-level keys, in the order a resolved file is written.
-var sections = []string{"breakers", "bulkheads", "retries", "budgets", "timeouts", "hedges"}
+var sections = []string{"breakers", "bulkheads", "retries", "budgets", "concurrency_budgets", "timeouts", "hedges"}
 
 // Load reads and validates the configuration file at path. YAML and JSON
 // are both accepted (JSON is YAML). When the file is invalid, the error is
@@ -691,6 +731,7 @@ func (d *decoder) readFile(root *yaml.Node) *File {
 	f.Breakers, _, _ = decodeKind(d, breakerKind, defs["breakers"], top["breakers"])
 	f.Bulkheads, _, _ = decodeKind(d, bulkheadKind, defs["bulkheads"], top["bulkheads"])
 	f.Budgets, _, _ = decodeKind(d, budgetKind, defs["budgets"], top["budgets"])
+	f.ConcurrencyBudgets, _, _ = decodeKind(d, concurrencyKind, defs["concurrency_budgets"], top["concurrency_budgets"])
 	var rbase Retry
 	var rsrc source
 	f.Retries, rbase, rsrc = decodeKind(d, retryKind, defs["retries"], top["retries"])
@@ -702,10 +743,13 @@ func (d *decoder) readFile(root *yaml.Node) *File {
 	// Cross-references: each name a retry or hedging policy gives must be
 	// in its section. Names from the defaults are checked once, there.
 	budgets, breakers, bulkheads := sortedKeys(f.Budgets), sortedKeys(f.Breakers), sortedKeys(f.Bulkheads)
+	concurrency := sortedKeys(f.ConcurrencyBudgets)
 	d.ref(rsrc, true, "defaults.retries", "budget", rbase.Budget, budgets)
+	d.ref(rsrc, true, "defaults.retries", "concurrency", rbase.Concurrency, concurrency)
 	for _, name := range sortedKeys(f.Retries) {
 		r := f.Retries[name]
 		d.ref(r.src, false, "retries."+name, "budget", r.Budget, budgets)
+		d.ref(r.src, false, "retries."+name, "concurrency", r.Concurrency, concurrency)
 	}
 	d.ref(hsrc, true, "defaults.hedges", "budget", hbase.Budget, budgets)
 	d.ref(hsrc, true, "defaults.hedges", "breaker", hbase.Breaker, breakers)
@@ -736,8 +780,12 @@ func (d *decoder) ref(src source, defaults bool, path, key, name string, have []
 	if list == "" {
 		list = "none"
 	}
-	what := map[string]string{"budget": "budgets", "breaker": "breakers", "bulkhead": "bulkheads"}[key]
-	d.fail(src.lineOf(key), path+"."+key, "no %s named %q (%s: %s)", key, name, what, list)
+	what := map[string]string{"budget": "budgets", "breaker": "breakers", "bulkhead": "bulkheads", "concurrency": "concurrency_budgets"}[key]
+	noun := key
+	if key == "concurrency" {
+		noun = "concurrency budget"
+	}
+	d.fail(src.lineOf(key), path+"."+key, "no %s named %q (%s: %s)", noun, name, what, list)
 }
 
 func (d *decoder) unknown(line int, path, key string, known []string) {

@@ -112,6 +112,19 @@ func zeroMeans[T any](f field[T], ptr func(*T) *float64, v float64) field[T] {
 	return f
 }
 
+// zeroInt is zeroMeans for an integer field.
+func zeroInt[T any](f field[T], ptr func(*T) *int, v int) field[T] {
+	set := f.set
+	f.set = func(n *yaml.Node, c *T) string {
+		msg := set(n, c)
+		if msg == "" && *ptr(c) == 0 {
+			*ptr(c) = v
+		}
+		return msg
+	}
+	return f
+}
+
 // zeroDur is zeroMeans for a duration field.
 func zeroDur[T any](f field[T], ptr func(*T) *time.Duration, v time.Duration) field[T] {
 	set := f.set

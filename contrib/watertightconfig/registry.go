@@ -43,12 +43,15 @@ type Options struct {
 	// before it is built (see Breaker).
 	Bulkhead func(name string, c *bulkhead.Config)
 	// Retry, if not nil, is called with each retry policy's configuration
-	// before it is built, Backoff and Budget already set (see Breaker): to
+	// before it is built, Backoff, Budget and Concurrency already set (see Breaker): to
 	// set Retryable or OnEvent.
 	Retry func(name string, c *retry.Config)
 	// Budget, if not nil, is called with each budget's configuration before
 	// it is built (see Breaker).
 	Budget func(name string, c *budget.Config)
+	// ConcurrencyBudget, if not nil, is called with each concurrent-retry
+	// budget's configuration before it is built (see Breaker).
+	ConcurrencyBudget func(name string, c *budget.ConcurrencyConfig)
 	// Timeout, if not nil, is called with each timeout's configuration
 	// before it is built (see Breaker).
 	Timeout func(name string, c *timeout.Config)
@@ -90,6 +93,7 @@ type state struct {
 	bulkheads map[string]*bulkheadEntry
 	retries   map[string]*retryEntry
 	budgets   map[string]*budgetEntry
+	conc      map[string]*concurrencyEntry
 	timeouts  map[string]*timeoutEntry
 	hedges    map[string]*hedgeEntry
 }
@@ -168,6 +172,12 @@ type retryEntry struct {
 	cfg  retry.Config // Backoff and Budget set, Options applied
 	p    *retry.Policy
 	bud  *budget.Budget // the budget cfg uses, to notice it was rebuilt
+	conc *budget.Concurrency
+}
+
+type concurrencyEntry struct {
+	spec ConcurrencyBudget
+	c    *budget.Concurrency
 }
 
 type budgetEntry struct {
@@ -355,9 +365,26 @@ func (r *Registry) build(old *state, f *File) (_ *state, _ Changes, apply []func
 		}
 		return nil
 	}
+	// A concurrent-retry budget holds only counts of calls in progress,
+	// which the policies built on it give back: a changed one is rebuilt,
+	// and so are the policies that name it; calls in flight finish on the
+	// old pair.
+	st.conc, err = reuse(old.conc, f.ConcurrencyBudgets, "concurrency_budgets", &ch,
+		func(o *concurrencyEntry, s ConcurrencyBudget) bool { return reflect.DeepEqual(o.spec.Config, s.Config) },
+		nil, r.newConcurrency)
+	if err != nil {
+		return nil, ch, nil, err
+	}
+	concOf := func(name string) *budget.Concurrency {
+		if e := st.conc[name]; e != nil {
+			return e.c
+		}
+		return nil
+	}
 	st.retries, err = reuse(old.retries, f.Retries, "retries", &ch,
 		func(o *retryEntry, s Retry) bool {
 			return o.spec.Budget == s.Budget && o.bud == budgetOf(s.Budget) &&
+				o.spec.Concurrency == s.Concurrency && o.conc == concOf(s.Concurrency) &&
 				reflect.DeepEqual(o.spec.Config, s.Config) && reflect.DeepEqual(o.spec.Backoff, s.Backoff)
 		},
 		nil,
@@ -365,7 +392,10 @@ func (r *Registry) build(old *state, f *File) (_ *state, _ Changes, apply []func
 			if s.Budget != "" && budgetOf(s.Budget) == nil {
 				return nil, fmt.Errorf("config: retries.%s.budget: no budget named %q", name, s.Budget)
 			}
-			return r.newRetry(name, s, budgetOf(s.Budget))
+			if s.Concurrency != "" && concOf(s.Concurrency) == nil {
+				return nil, fmt.Errorf("config: retries.%s.concurrency: no concurrency budget named %q", name, s.Concurrency)
+			}
+			return r.newRetry(name, s, budgetOf(s.Budget), concOf(s.Concurrency))
 		})
 	if err != nil {
 		return nil, ch, nil, err
@@ -538,7 +568,23 @@ func (r *Registry) newBudget(name string, s Budget, from *budget.Budget) (*budge
 	return &budgetEntry{spec: s, b: b}, nil
 }
 
-func (r *Registry) newRetry(name string, s Retry, bud *budget.Budget) (*retryEntry, error) {
+func (r *Registry) newConcurrency(name string, s ConcurrencyBudget) (*concurrencyEntry, error) {
+	c := s.Config
+	c.Name = name
+	if r.opts.Listener != nil {
+		c.Listener = r.opts.Listener
+	}
+	if r.opts.ConcurrencyBudget != nil {
+		r.opts.ConcurrencyBudget(name, &c)
+	}
+	b, err := budget.NewConcurrency(c)
+	if err != nil {
+		return nil, fmt.Errorf("config: concurrency_budgets.%s: %w", name, err)
+	}
+	return &concurrencyEntry{spec: s, c: b}, nil
+}
+
+func (r *Registry) newRetry(name string, s Retry, bud *budget.Budget, conc *budget.Concurrency) (*retryEntry, error) {
 	bo, err := backoff.New(s.Backoff)
 	if err != nil {
 		return nil, fmt.Errorf("config: retries.%s.backoff: %w", name, err)
@@ -547,6 +593,7 @@ func (r *Registry) newRetry(name string, s Retry, bud *budget.Budget) (*retryEnt
 	c.Name = name
 	c.Backoff = bo
 	c.Budget = bud
+	c.Concurrency = conc
 	if r.opts.Listener != nil {
 		c.Listener = r.opts.Listener
 	}
@@ -557,7 +604,7 @@ func (r *Registry) newRetry(name string, s Retry, bud *budget.Budget) (*retryEnt
 	if err != nil {
 		return nil, fmt.Errorf("config: retries.%s: %w", name, err)
 	}
-	return &retryEntry{spec: s, cfg: c, p: p, bud: bud}, nil
+	return &retryEntry{spec: s, cfg: c, p: p, bud: bud, conc: conc}, nil
 }
 
 func (r *Registry) newTimeout(name string, s Timeout) (*timeoutEntry, error) {
@@ -629,6 +676,16 @@ func (r *Registry) Budget(name string) (*budget.Budget, error) {
 		return e.b, nil
 	}
 	return nil, notFound("budget", name, m)
+}
+
+// ConcurrencyBudget returns the concurrent-retry budget named name (section
+// concurrency_budgets:): the one every retry policy naming it shares.
+func (r *Registry) ConcurrencyBudget(name string) (*budget.Concurrency, error) {
+	m := r.st.Load().conc
+	if e, ok := m[name]; ok {
+		return e.c, nil
+	}
+	return nil, notFound("concurrency budget", name, m)
 }
 
 // Timeout returns the timeout named name (section timeouts:).

@@ -22,7 +22,7 @@ import (
 // itself a valid configuration file that resolves to the same instances.
 func (f *File) Write(w io.Writer) error {
 	var o out
-	n := len(f.Breakers) + len(f.Bulkheads) + len(f.Retries) + len(f.Budgets) + len(f.Timeouts) + len(f.Hedges)
+	n := len(f.Breakers) + len(f.Bulkheads) + len(f.Retries) + len(f.Budgets) + len(f.ConcurrencyBudgets) + len(f.Timeouts) + len(f.Hedges)
 	o.comment(fmt.Sprintf("%s: %s: every field as it resolves.", f.Name, count(n, "instance")))
 	if len(f.Breakers) > 0 {
 		o.line("breakers:", "")
@@ -64,6 +64,20 @@ func (f *File) Write(w io.Writer) error {
 				mps = "off"
 			}
 			o.field(b.src, "min_per_second", mps)
+		}
+	}
+	if len(f.ConcurrencyBudgets) > 0 {
+		o.line("concurrency_budgets:", "")
+		for _, name := range sortedKeys(f.ConcurrencyBudgets) {
+			b := f.ConcurrencyBudgets[name]
+			o.instance(name, b.src)
+			c := b.Config
+			if c.Percent < 0 {
+				o.field(b.src, "percent", "off")
+			} else {
+				o.field(b.src, "percent", pct(c.Percent))
+			}
+			o.field(b.src, "min_concurrency", strconv.Itoa(max(c.MinConcurrency, 0))) // negative (no floor) is 0 in a file
 		}
 	}
 	if len(f.Timeouts) > 0 {
@@ -183,8 +197,14 @@ func writeRetry(o *out, r Retry) {
 	} else if c.MaxAttempts != 1 {
 		o.comment("    # budget: none")
 	}
+	if r.Concurrency != "" {
+		field(s, "concurrency", scalarText(r.Concurrency))
+	} else if c.MaxAttempts != 1 {
+		o.comment("    # concurrency: none")
+	}
 	if c.MaxAttempts == 1 {
 		field(s, "budget", "")
+		field(s, "concurrency", "")
 		for _, k := range []string{"jitter", "base", "cap", "multiplier"} {
 			field(s, "backoff."+k, "")
 		}
