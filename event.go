@@ -57,6 +57,21 @@ const (
 	// "unknown_criticality"). It is emitted for every such value, also
 	// when the log line about it is rate-limited away.
 	EventBadInput
+	// EventAcquired: a bulkhead admitted a call, which took Permits
+	// permits (the n of AcquireN; 1 for Acquire, TryAcquire and Enter)
+	// after waiting Delay for them (zero when it did not wait). It is sent
+	// per call, and only to a bulkhead that has a Listener.
+	//
+	// With EventReleased it is enough for a dashboard to show a bulkhead
+	// from events alone: the rate of EventAcquired events is the
+	// throughput admitted (calls per second), the sum of their Permits
+	// minus the sum of EventReleased's Permits is the permits in use, and
+	// their Delay is the time spent waiting for a permit.
+	EventAcquired
+	// EventReleased: a call gave back Permits permits to a bulkhead
+	// (Release, ReleaseN, Exit); the rate of these events is the rate of
+	// finished calls. See EventAcquired.
+	EventReleased
 	numEventKinds
 )
 
@@ -77,6 +92,8 @@ var eventKindNames = [...]string{
 	EventReplayed:        "replayed",
 	EventDropped:         "dropped",
 	EventBadInput:        "bad_input",
+	EventAcquired:        "acquired",
+	EventReleased:        "released",
 }
 
 // String returns the kind's stable snake_case name ("state_change"), for
@@ -112,9 +129,13 @@ type Event struct {
 	Reason string
 	// Attempt is the attempt number the event concerns (1 is the first).
 	Attempt int
-	// Delay is a wait: before the next retry, before a hedge was sent, or
-	// how long a breaker that opened stays open.
+	// Delay is a wait: before the next retry, before a hedge was sent, how
+	// long a breaker that opened stays open, or how long a call waited for
+	// a bulkhead's permits (EventAcquired).
 	Delay time.Duration
+	// Permits is the number of bulkhead permits taken or given back
+	// (EventAcquired and EventReleased only).
+	Permits int
 	// Err is the error concerned: the rejection, or the failure that led
 	// to a retry or a fallback.
 	Err error

@@ -14,7 +14,8 @@
 // "forced-open": an open breaker is a symptom someone needs to see) and at
 // Info otherwise (half-open, closed again). Every other kind of event —
 // rejections, a full bulkhead, retries, an exhausted budget, shed requests,
-// hedges, fallbacks — happens per call, up to thousands of times a second
+// hedges, fallbacks, a bulkhead's acquired and released permits — happens
+// per call, up to thousands of times a second
 // during an incident, and is logged at Debug. Options.Levels changes the
 // level of any kind, Options.OpenLevel that of openings. The listener asks
 // the logger first (Logger.Enabled) and does no other work for an event
@@ -39,6 +40,7 @@
 //	watertight.reason    why, in words                           if not empty
 //	watertight.attempt   attempt number (int)                    if above zero
 //	watertight.delay     wait or open duration (time.Duration)   if above zero
+//	watertight.permits   bulkhead permits taken or given back    if above zero
 //	watertight.error     the error concerned                     if not nil
 //
 // With a slog.TextHandler they read "watertight.event=state_change"; with a

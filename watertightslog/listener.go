@@ -24,6 +24,7 @@ const (
 	KeyReason  = "reason"
 	KeyAttempt = "attempt"
 	KeyDelay   = "delay"
+	KeyPermits = "permits"
 	KeyError   = "error"
 )
 
@@ -75,6 +76,8 @@ var messages = [256]string{
 	watertight.EventReplayed:        "watertight: result replayed",
 	watertight.EventDropped:         "watertight: queued task dropped",
 	watertight.EventBadInput:        "watertight: bad input ignored",
+	watertight.EventAcquired:        "watertight: bulkhead permit acquired",
+	watertight.EventReleased:        "watertight: bulkhead permit released",
 }
 
 // NewListener returns a Listener that logs each event to logger (if nil,
@@ -143,6 +146,9 @@ func (l *Listener) OnEvent(e watertight.Event) {
 	}
 	if e.Delay > 0 {
 		r.AddAttrs(slog.Duration(KeyDelay, e.Delay))
+	}
+	if e.Permits > 0 {
+		r.AddAttrs(slog.Int(KeyPermits, e.Permits))
 	}
 	if e.Err != nil {
 		r.AddAttrs(slog.Any(KeyError, e.Err))
