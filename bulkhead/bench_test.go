@@ -2,6 +2,7 @@ package bulkhead_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -198,6 +199,75 @@ func BenchmarkEnterExit(b *testing.B) {
 				return
 			}
 			_ = bh.Exit(c, tk, nil)
+		}
+	})
+}
+
+// BenchmarkAcquireN takes and gives back weighted permits that are always
+// free: AcquireN(1) is the fast path of Acquire, AcquireN(4) gathers its
+// permits under the bulkhead's mutex.
+func BenchmarkAcquireN(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{1, 4} {
+		b.Run(fmt.Sprintf("n=%d/sequential", n), func(b *testing.B) {
+			bh := newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20})
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := bh.AcquireN(ctx, n); err != nil {
+					b.Fatal(err)
+				}
+				bh.ReleaseN(n)
+			}
+		})
+		b.Run(fmt.Sprintf("n=%d/parallel", n), func(b *testing.B) {
+			bh := newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20})
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := bh.AcquireN(ctx, n); err != nil {
+						b.Error(err)
+						return
+					}
+					bh.ReleaseN(n)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkAcquireCancelCtx is Acquire and Release with a context that can
+// be cancelled (and is not): the fast path's ctx.Err() is then an atomic
+// load rather than the empty context's constant nil.
+func BenchmarkAcquireCancelCtx(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	bh := newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := bh.Acquire(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+			bh.Release()
+		}
+	})
+}
+
+// BenchmarkAcquireReleaseListener is the fast path with a listener that only
+// counts: every call sends an EventAcquired and an EventReleased.
+func BenchmarkAcquireReleaseListener(b *testing.B) {
+	var n atomic.Int64
+	bh := newBench(b, bulkhead.Config{MaxConcurrent: 1 << 20, Listener: watertight.ListenerFunc(func(watertight.Event) { n.Add(1) })})
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := bh.Acquire(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+			bh.Release()
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,8 +22,20 @@ import (
 // names it ("bulkhead: payments: full"): compare with errors.Is.
 var (
 	// ErrFull is returned by a semaphore Bulkhead that has no permit to
-	// give: at once when Config.MaxWait is zero, after MaxWait otherwise.
+	// give: at once when Config.MaxWait is zero or the waiting room is
+	// full (Config.MaxWaiters), after MaxWait otherwise, and to a waiter
+	// evicted by a newer one (Config.QueueOrder NewestFirst).
 	ErrFull = watertight.NewSaturation("bulkhead: full")
+	// ErrTooMany is returned by AcquireN, at once, when n is larger than
+	// MaxConcurrent, so that no number of releases could ever grant it;
+	// and to a waiter for n permits when SetMaxConcurrent lowers the limit
+	// below n. It is a rejection, not a saturation: the bulkhead is not
+	// full, the request is too big for it.
+	ErrTooMany = watertight.NewRejection("bulkhead: more permits asked for than MaxConcurrent")
+	// ErrInvalidN is returned by AcquireN when n is less than 1: a count
+	// of zero or below is a bug in the caller's arithmetic, which a
+	// silent success would hide until the matching ReleaseN.
+	ErrInvalidN = watertight.NewRejection("bulkhead: AcquireN: n must be at least 1")
 	// ErrQueueFull is returned by Pool.Submit and Call, at once, when every
 	// worker is busy and the queue is full.
 	ErrQueueFull = watertight.NewSaturation("bulkhead: queue full")
@@ -41,6 +54,12 @@ var (
 // zero.
 const DefaultMaxConcurrent = 25
 
+// DefaultMaxWaiters is the size of the waiting room when Config.MaxWaiters
+// is zero, unless MaxConcurrent is larger. It bounds the goroutines (and
+// their stacks) that a burst can park in a bulkhead whose MaxWait lets them
+// wait, and is large enough that ordinary bursts never meet it.
+const DefaultMaxWaiters = 1024
+
 // MaxConcurrentLimit is the largest Config.MaxConcurrent New accepts.
 const MaxConcurrentLimit = 1 << 23
 
@@ -56,17 +75,59 @@ type Config struct {
 	// Zero means no wait: Acquire fails with ErrFull at once. A negative
 	// value means wait until the caller's context ends. A positive value
 	// waits at most that long, then fails with ErrFull. Waiters are served
-	// first come, first served.
+	// in QueueOrder, first come, first served by default.
 	MaxWait time.Duration
+	// MaxWaiters bounds the waiting room: how many callers may wait for
+	// permits at once (a waiter counts once, whatever its n). Zero means
+	// DefaultMaxWaiters, or MaxConcurrent when that is larger (following
+	// SetMaxConcurrent); a negative value means no bound. A newcomer that
+	// finds the room full
+	// fails with ErrFull at once, or, with QueueOrder NewestFirst, evicts
+	// the oldest waiter, which fails with ErrFull. It matters only when
+	// MaxWait is not zero.
+	MaxWaiters int
+	// QueueOrder is the order in which waiters are served: OldestFirst
+	// (the zero value) or NewestFirst. It is fixed by New.
+	QueueOrder QueueOrder
 	// Listener, if not nil, receives an EventBulkheadFull for every
-	// Acquire that fails and every TryAcquire that returns false, with
+	// Acquire that fails because the bulkhead is full and every TryAcquire
+	// that returns false, an EventRejected for an AcquireN refused with
+	// ErrTooMany, and an EventAcquired and an EventReleased for every
+	// permit (or every n permits) taken and given back. Events have
 	// Source "bulkhead", Name this Name (in a Registry: the registry's
-	// Name, and Key the bulkhead's key), Err the error Acquire returns
-	// (ErrFull, alone or with the context's error) and Reason in words. It
-	// is called in the caller's goroutine, with no lock held, on the
-	// rejection path: it should return quickly (see watertight.Listener).
-	// If nil, no events are built.
+	// Name, and Key the bulkhead's key), Err the error Acquire returns and
+	// Reason in words. An Acquire whose context ends sends none. It is
+	// called in the caller's goroutine, with no lock held, on the hot
+	// path: it should return quickly (see watertight.Listener). If nil,
+	// no events are built.
 	Listener watertight.Listener
+}
+
+// QueueOrder is the order in which a Bulkhead serves its waiters (after
+// .NET's QueueProcessingOrder).
+type QueueOrder uint8
+
+const (
+	// OldestFirst serves waiters first come, first served, and turns a
+	// newcomer away with ErrFull when the waiting room is full. It is the
+	// default.
+	OldestFirst QueueOrder = iota
+	// NewestFirst serves the newest waiter first, and when the waiting
+	// room is full a newcomer evicts the oldest waiter, which fails with
+	// ErrFull. Under overload it serves the callers most likely still to
+	// be waiting for the answer, and fails those that have waited longest.
+	NewestFirst
+)
+
+// String returns "oldest_first" or "newest_first".
+func (o QueueOrder) String() string {
+	switch o {
+	case OldestFirst:
+		return "oldest_first"
+	case NewestFirst:
+		return "newest_first"
+	}
+	return "queue_order(" + strconv.Itoa(int(o)) + ")"
 }
 
 // DefaultConfig returns the configuration New uses for zero fields: 25
@@ -79,6 +140,9 @@ func (cfg Config) validate(typ string) error {
 	}
 	if cfg.MaxConcurrent > MaxConcurrentLimit {
 		return fmt.Errorf("bulkhead: %s.MaxConcurrent must be <= %d, got %d", typ, MaxConcurrentLimit, cfg.MaxConcurrent)
+	}
+	if cfg.QueueOrder > NewestFirst {
+		return fmt.Errorf("bulkhead: %s.QueueOrder must be OldestFirst or NewestFirst, got %d", typ, cfg.QueueOrder)
 	}
 	return nil
 }
@@ -109,6 +173,9 @@ type Bulkhead struct {
 	max     atomic.Uint64 // MaxConcurrent; changed only under mu
 	maxWait atomic.Int64  // MaxWait; read when the fast path fails
 	errFull error         // ErrFull, labelled with the name
+	// listener is read on every call, to send EventAcquired and
+	// EventReleased: with none, that is one load and a branch.
+	listener watertight.Listener
 
 	// The hint word. Bit hintFull: set when an acquirer found every cell
 	// full, cleared by every Release that finds it set (see tryOthers). Bit
@@ -125,23 +192,29 @@ type Bulkhead struct {
 	canceled     atomic.Uint64
 	bumps        atomic.Uint64 // acquisitions counted by resizes: see bump
 
-	name     string
-	listener watertight.Listener
-	evName   string        // Name of the events: Config.Name, or the registry's Name
-	evKey    string        // Key of the events: the registry key
-	regGen   atomic.Uint64 // the registry configuration generation it has: see Registry.Reconfigure
-	mu       sync.Mutex
-	head     *waiter // FIFO queue of waiters, oldest first
-	tail     *waiter
+	name       string
+	maxWaiters atomic.Int64  // MaxWaiters as configured: 0 follows max
+	lifo       bool          // QueueOrder is NewestFirst
+	reserved   atomic.Int64  // permits gathered for the head waiter; changed only under mu
+	evName     string        // Name of the events: Config.Name, or the registry's Name
+	evKey      string        // Key of the events: the registry key
+	regGen     atomic.Uint64 // the registry configuration generation it has: see Registry.Reconfigure
+	mu         sync.Mutex
+	head       *waiter // queue of waiters, the next to serve first
+	tail       *waiter
 }
 
-// waiter is one caller queued for a permit. All fields are guarded by
-// Bulkhead.mu; ready is closed when the waiter is granted a permit.
+// waiter is one caller queued for n permits. All fields are guarded by
+// Bulkhead.mu; ready is closed when the waiter is granted its permits
+// (granted) or turned away (err: evicted, or n above a lowered limit), in
+// both cases after it has left the queue.
 type waiter struct {
 	next, prev *waiter
 	ready      chan struct{}
+	n          int
 	granted    bool
-	cell       int // the cell the granted permit is counted in
+	err        error
+	cell       int // a cell that counts one of the granted permits
 }
 
 // New returns a Bulkhead for cfg. It fails, naming the field and the rule,
@@ -170,6 +243,8 @@ func newBulkhead(cfg Config) *Bulkhead {
 	}
 	b.max.Store(uint64(n))
 	b.maxWait.Store(int64(cfg.MaxWait))
+	b.maxWaiters.Store(int64(cfg.MaxWaiters))
+	b.lifo = cfg.QueueOrder == NewestFirst
 	return b
 }
 
@@ -178,11 +253,12 @@ func newBulkhead(cfg Config) *Bulkhead {
 // DefaultMaxConcurrent, and a negative n or one above MaxConcurrentLimit is
 // an error that leaves the bulkhead unchanged.
 //
-// Raising the limit hands the new permits to queued waiters at once, oldest
-// first. Lowering it takes no permit back: the callers holding one keep it
-// and give it back with Release as usual, and no permit is granted until
+// Raising the limit hands the new permits to queued waiters at once, in
+// QueueOrder. Lowering it takes no permit back: the callers holding one keep
+// it and give it back with Release as usual, and no permit is granted until
 // fewer than n are held. Permits held from before count against the new
-// limit either way.
+// limit either way. Waiters for more permits than the new limit fail with
+// ErrTooMany.
 //
 // The permits stay striped over the cells New made for the first limit
 // (see state.go): a bulkhead raised far above the limit it was built with
@@ -202,11 +278,32 @@ func (b *Bulkhead) SetMaxConcurrent(n int) error {
 	}
 	b.mu.Lock()
 	b.max.Store(uint64(n))
+	// The permits gathered for the head waiter go back, to be gathered
+	// again under the new limit: granted from the reserve after a lowering,
+	// they could take the permits held above it.
+	if r := b.reserved.Load(); r > 0 {
+		b.reserved.Store(0)
+		b.putBackLocked(-1, int(r))
+	}
 	b.rebalanceLocked()
+	for w := b.head; w != nil; {
+		next := w.next
+		if w.n > n { // could never be granted: see AcquireN
+			b.turnAwayLocked(w, b.errTooMany())
+		}
+		w = next
+	}
 	b.handoffLocked()
 	b.mu.Unlock()
 	return nil
 }
+
+// SetMaxWaiters changes the size of the waiting room, with the meaning of
+// Config.MaxWaiters (zero: DefaultMaxWaiters or MaxConcurrent, whichever is
+// larger; negative: no bound).
+// Waiters beyond a lowered room keep their places; newcomers find the room
+// full until enough of them have left.
+func (b *Bulkhead) SetMaxWaiters(n int) { b.maxWaiters.Store(int64(n)) }
 
 // SetMaxWait changes how long Acquire waits for a permit, with the meaning
 // of Config.MaxWait (zero: no wait; negative: until the caller's context
@@ -216,9 +313,9 @@ func (b *Bulkhead) SetMaxWait(d time.Duration) { b.maxWait.Store(int64(d)) }
 
 // Reconfigure applies cfg to the bulkhead while it is in use: it validates
 // cfg as New does (the error names the field and leaves the bulkhead
-// unchanged), then sets MaxConcurrent as SetMaxConcurrent does and MaxWait
-// as SetMaxWait does. Name and Listener are fixed by New: Reconfigure
-// ignores them. Totals (Snapshot's Acquired, Rejected, Canceled) carry on.
+// unchanged), then sets MaxConcurrent as SetMaxConcurrent does, MaxWait
+// as SetMaxWait does and MaxWaiters as SetMaxWaiters does. Name,
+// QueueOrder and Listener are fixed by New: Reconfigure ignores them. Totals (Snapshot's Acquired, Rejected, Canceled) carry on.
 func (b *Bulkhead) Reconfigure(cfg Config) error {
 	if err := cfg.validate("Config"); err != nil {
 		return err
@@ -227,14 +324,17 @@ func (b *Bulkhead) Reconfigure(cfg Config) error {
 		return err
 	}
 	b.SetMaxWait(cfg.MaxWait)
+	b.SetMaxWaiters(cfg.MaxWaiters)
 	return nil
 }
 
-// Reasons of the bulkhead's EventBulkheadFull events.
+// Reasons of the bulkhead's EventBulkheadFull and EventRejected events.
 const (
 	reasonNoWait   = "no permit free"
 	reasonTimedOut = "no permit free within MaxWait"
-	reasonStopped  = "the caller stopped waiting for a permit"
+	reasonRoomFull = "no permit free and the waiting room full"
+	reasonEvicted  = "evicted from the waiting room by a newer waiter"
+	reasonTooMany  = "more permits asked for than MaxConcurrent"
 )
 
 // fullEvent sends an EventBulkheadFull to the listener, if any, and returns
@@ -256,17 +356,52 @@ func (b *Bulkhead) emitFull(err error, reason string) {
 	})
 }
 
+// emitRejected sends an EventRejected for err (ErrTooMany), and returns
+// err. No lock is held.
+func (b *Bulkhead) emitRejected(err error) error {
+	if b.listener != nil {
+		watertight.Emit(b.listener, watertight.Event{
+			Kind: watertight.EventRejected, Source: source, Name: b.evName, Key: b.evKey, Reason: reasonTooMany, Err: err,
+		})
+	}
+	return err
+}
+
+// emitAcquired sends an EventAcquired for n permits taken after waiting d.
+// The caller has checked that there is a listener. No lock is held.
+//
+//go:noinline
+func (b *Bulkhead) emitAcquired(n int, d time.Duration) {
+	watertight.Emit(b.listener, watertight.Event{
+		Kind: watertight.EventAcquired, Source: source, Name: b.evName, Key: b.evKey, Permits: n, Delay: d,
+	})
+}
+
+// emitReleased sends an EventReleased for n permits given back. The caller
+// has checked that there is a listener. No lock is held.
+//
+//go:noinline
+func (b *Bulkhead) emitReleased(n int) {
+	watertight.Emit(b.listener, watertight.Event{
+		Kind: watertight.EventReleased, Source: source, Name: b.evName, Key: b.evKey, Permits: n,
+	})
+}
+
 // source is the Source of the package's events.
 const source = "bulkhead"
 
 // Acquire takes a permit. When none is free it fails with ErrFull at once if
-// Config.MaxWait is zero; otherwise it queues behind earlier waiters and
-// waits until a permit is handed to it, MaxWait runs out (ErrFull) or ctx
-// ends: then the error matches both ErrFull and ctx's error (or its cause
-// when that says more) with errors.Is, and is a saturation, so that a breaker
-// outside never counts a caller's give-up in a full bulkhead as a failure of
-// the dependency. A failed Acquire leaves the bulkhead as it found it. When a
-// permit is free, Acquire takes it without looking at ctx.
+// Config.MaxWait is zero or the waiting room is full; otherwise it joins the
+// queue and waits until a permit is handed to it, MaxWait runs out (ErrFull)
+// or ctx ends.
+//
+// When ctx ends first, or has ended before the call (even with a permit
+// free, as x/sync's semaphore does), the error is ctx's (ctx.Err(), or
+// context.Cause when that says more), marked watertight.Ignored: the caller
+// gave up, which says nothing about the dependency nor about the bulkhead's
+// saturation, so a breaker outside counts it neither as a failure nor as a
+// saturation. It is counted in Snapshot's Canceled and sends no event. A
+// failed Acquire leaves the bulkhead as it found it.
 //
 // Every successful Acquire must be followed by exactly one Release.
 func (b *Bulkhead) Acquire(ctx context.Context) error {
@@ -282,19 +417,182 @@ func (b *Bulkhead) Acquire(ctx context.Context) error {
 // acquire is Acquire for the goroutine whose stack holds addr. It returns
 // the cell the permit is counted in.
 func (b *Bulkhead) acquire(ctx context.Context, addr uintptr) (int, error) {
+	if ctx.Err() != nil {
+		return -1, b.canceledErr(ctx)
+	}
 	if i := b.tryFast(addr); i >= 0 {
+		if b.listener != nil {
+			b.emitAcquired(1, 0)
+		}
 		return i, nil
 	}
 	if b.maxWait.Load() == 0 {
 		b.rejected.Add(1)
 		return -1, b.fullEvent(b.full(), reasonNoWait)
 	}
-	return b.wait(ctx)
+	return b.wait(ctx, 1)
+}
+
+// AcquireN takes n permits at once, as Acquire takes one (x/sync's
+// semaphore Acquire(ctx, n)): all of them or none. A request for more
+// permits than MaxConcurrent fails at once with ErrTooMany, and n < 1 with
+// ErrInvalidN.
+//
+// Waiters are served strictly in QueueOrder: permits given back go to the
+// waiter at the head of the queue until it has its n, and a newcomer, even
+// for one permit, never overtakes it, so a large request is not starved by
+// small ones (the price: small requests behind it wait too). One ReleaseN
+// wakes every waiter it can satisfy. Every successful AcquireN must be
+// followed by ReleaseN(n), or n Releases.
+//
+// AcquireN(ctx, 1) is Acquire. For n > 1 it takes the bulkhead's mutex and
+// gathers the permits from the cells they are striped over: it costs more
+// than Acquire, and while it runs a concurrent TryAcquire may find no permit
+// free that a moment later is.
+func (b *Bulkhead) AcquireN(ctx context.Context, n int) error {
+	if n == 1 {
+		var probe byte // see Acquire
+		_, err := b.acquire(ctx, uintptr(unsafe.Pointer(&probe)))
+		return err
+	}
+	return b.acquireMany(ctx, n)
+}
+
+// acquireMany is AcquireN for n != 1.
+func (b *Bulkhead) acquireMany(ctx context.Context, n int) error {
+	if n < 1 {
+		return ErrInvalidN
+	}
+	if ctx.Err() != nil {
+		return b.canceledErr(ctx)
+	}
+	if uint64(n) > b.max.Load() {
+		b.rejected.Add(1)
+		return b.emitRejected(b.errTooMany())
+	}
+	if _, ok := b.gather(n); ok {
+		b.acquiredSlow.Add(1)
+		if b.listener != nil {
+			b.emitAcquired(n, 0)
+		}
+		return nil
+	}
+	if b.maxWait.Load() == 0 {
+		b.rejected.Add(1)
+		return b.fullEvent(b.full(), reasonNoWait)
+	}
+	_, err := b.wait(ctx, n)
+	return err
+}
+
+// TryAcquireN takes n permits if n are free and nobody is queued, and
+// reports whether it did. It never waits. TryAcquireN(1) is TryAcquire; for
+// n > 1 it costs what AcquireN does. A false result counts as a rejection in
+// the Snapshot, except for n < 1, which is always false and counts nothing
+// (AcquireN says why: ErrInvalidN).
+func (b *Bulkhead) TryAcquireN(n int) bool {
+	if n == 1 {
+		var probe byte // see Acquire
+		return b.tryAcquire(uintptr(unsafe.Pointer(&probe)))
+	}
+	if n < 1 {
+		return false
+	}
+	if uint64(n) > b.max.Load() {
+		b.rejected.Add(1)
+		_ = b.emitRejected(b.errTooMany())
+		return false
+	}
+	if _, ok := b.gather(n); ok {
+		b.acquiredSlow.Add(1)
+		if b.listener != nil {
+			b.emitAcquired(n, 0)
+		}
+		return true
+	}
+	b.rejected.Add(1)
+	if b.listener != nil {
+		b.emitFull(b.full(), reasonNoWait)
+	}
+	return false
+}
+
+// gather takes n permits from the cells when nobody is queued, all or none,
+// and returns a cell that counts one of them.
+func (b *Bulkhead) gather(n int) (int, bool) {
+	if b.waiting.Load() != 0 {
+		return -1, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.waiting.Load() != 0 { // changed only under mu
+		return -1, false
+	}
+	// Most refusals are seen here, without taking a permit that a
+	// concurrent TryAcquire could have had.
+	var free uint64
+	for j := range b.cells {
+		c := &b.cells[j]
+		if a, sh := c.state.Load()&activeMask, c.share.Load(); a < sh {
+			free += sh - a
+		}
+	}
+	if free < uint64(n) {
+		return -1, false
+	}
+	last := -1
+	for got := 0; got < n; got++ {
+		j := b.takeOneLocked()
+		if j < 0 { // taken by the fast path since: give them back
+			b.putBackLocked(last, got)
+			return -1, false
+		}
+		last = j
+	}
+	return last, true
+}
+
+// takeOneLocked takes one permit (not an acquisition) from any cell with
+// room, and returns the cell, or -1. b.mu is held.
+func (b *Bulkhead) takeOneLocked() int {
+	for j := range b.cells {
+		if b.take(j, 1) {
+			return j
+		}
+	}
+	return -1
+}
+
+// putBackLocked gives back k permits held by the bulkhead itself (gathered
+// for a waiter, or granted to one that did not keep them), from cell i
+// first (i may be -1) and then from any cell that holds one. b.mu is held;
+// the caller hands the room made to waiters. With mu held no permit goes to
+// a waiter, so k permits are held while this runs.
+func (b *Bulkhead) putBackLocked(i, k int) {
+	for ; k > 0; k-- {
+		if i < 0 || !b.dec(&b.cells[i]) {
+			j := 0
+			for j < len(b.cells) && !b.dec(&b.cells[j]) {
+				j++
+			}
+			// If no cell holds one, a Release without Acquire has
+			// already taken it back.
+			if j == len(b.cells) && !b.releaseAnyLocked() {
+				break
+			}
+		}
+	}
+	if b.fullHint.Load()&hintFull != 0 { // a permit is free: see tryOthers
+		b.fullHint.And(^uint32(hintFull))
+	}
+	if b.fullHint.Load()&hintPending != 0 { // see hinted
+		b.rebalanceLocked()
+	}
 }
 
 // TryAcquire takes a permit if one is free and nobody is queued for one, and
-// reports whether it did. It never waits. A false result counts as a
-// rejection in the Snapshot.
+// reports whether it did. It never waits, and does not look at any context.
+// A false result counts as a rejection in the Snapshot.
 func (b *Bulkhead) TryAcquire() bool {
 	var probe byte // see Acquire
 	return b.tryAcquire(uintptr(unsafe.Pointer(&probe)))
@@ -303,6 +601,9 @@ func (b *Bulkhead) TryAcquire() bool {
 // tryAcquire is TryAcquire for the goroutine whose stack holds addr.
 func (b *Bulkhead) tryAcquire(addr uintptr) bool {
 	if b.tryFast(addr) >= 0 {
+		if b.listener != nil {
+			b.emitAcquired(1, 0)
+		}
 		return true
 	}
 	b.rejected.Add(1)
@@ -407,9 +708,49 @@ func (b *Bulkhead) Release() {
 	b.releaseAt(uintptr(unsafe.Pointer(&probe)))
 }
 
+// ReleaseN gives back n permits taken by AcquireN or TryAcquireN (or by n
+// Acquires), handing them to waiters in QueueOrder: one ReleaseN wakes every
+// waiter it can satisfy. ReleaseN(1) is Release. It panics when n < 1, or
+// when fewer than n permits are held (having given back those that were).
+func (b *Bulkhead) ReleaseN(n int) {
+	var probe byte // see Acquire
+	addr := uintptr(unsafe.Pointer(&probe))
+	if n == 1 {
+		b.releaseAt(addr)
+		return
+	}
+	if n < 1 {
+		panic("bulkhead: ReleaseN: n must be at least 1")
+	}
+	b.releaseMany(b.index(addr, b.seed.Load()), n)
+	if b.listener != nil {
+		b.emitReleased(n)
+	}
+}
+
 // releaseAt is Release for the goroutine whose stack holds addr.
 func (b *Bulkhead) releaseAt(addr uintptr) {
 	b.release(b.index(addr, b.seed.Load()))
+	if b.listener != nil {
+		b.emitReleased(1)
+	}
+}
+
+// releaseMany gives back n permits, from cell i where it holds them (i may
+// be out of range), else from any cell that does, and then hands them to
+// waiters with one lock.
+func (b *Bulkhead) releaseMany(i uint64, n int) {
+	for range n {
+		if i >= uint64(len(b.cells)) || !b.dec(&b.cells[i]) {
+			b.releaseElsewhere(int(i & (maxCells - 1)))
+		}
+	}
+	if h := b.fullHint.Load(); h != 0 { // see release
+		b.hinted(h)
+	}
+	if b.waiting.Load() != 0 {
+		b.releaseSlow()
+	}
 }
 
 // release gives back a permit, from cell i if it holds one (i may be out of
@@ -532,30 +873,29 @@ func (b *Bulkhead) releaseSlow() {
 	b.mu.Unlock()
 }
 
-// wait queues for a permit when none could be taken at once and MaxWait is
-// not zero. It returns the cell the permit is counted in.
-func (b *Bulkhead) wait(ctx context.Context) (int, error) {
-	done := ctx.Done()
-	if done != nil {
-		select {
-		case <-done:
-			// The context ended before the call: fail even if a permit
-			// has become free since, as x/sync's semaphore does.
-			b.canceled.Add(1)
-			return -1, b.fullEvent(b.stopped(ctx), reasonStopped)
-		default:
-		}
+// wait queues for n permits when they could not be taken at once and
+// MaxWait is not zero. It returns a cell that counts one of them.
+func (b *Bulkhead) wait(ctx context.Context, n int) (int, error) {
+	var start time.Time
+	if b.listener != nil {
+		start = time.Now()
 	}
-
-	w := &waiter{ready: make(chan struct{})}
+	w := &waiter{ready: make(chan struct{}), n: n}
 	b.mu.Lock()
+	if room := b.roomLocked(); room >= 0 && b.waiting.Load() >= room {
+		if !b.lifo || b.tail == nil {
+			b.mu.Unlock()
+			b.rejected.Add(1)
+			return -1, b.fullEvent(b.full(), reasonRoomFull)
+		}
+		b.turnAwayLocked(b.tail, b.full()) // the oldest: see pushLocked
+	}
 	b.waiting.Add(1) // before handoffLocked loads the cells: see Release
 	b.pushLocked(w)
-	b.handoffLocked() // a permit freed since the fast path failed goes to the front
+	b.handoffLocked() // permits freed since the fast path failed go to the head
 	if w.granted {
 		b.mu.Unlock()
-		b.acquiredSlow.Add(1)
-		return w.cell, nil
+		return b.granted(w, start), nil
 	}
 	b.mu.Unlock()
 
@@ -567,46 +907,78 @@ func (b *Bulkhead) wait(ctx context.Context) (int, error) {
 	}
 	select {
 	case <-w.ready:
-		// Granted. If ctx ended as well, prefer failing, and pass the
-		// permit on. (w.cell was written under mu before ready was
-		// closed.)
-		if done != nil {
-			select {
-			case <-done:
-				b.canceled.Add(1)
-				b.release(uint64(w.cell))
-				return -1, b.fullEvent(b.stopped(ctx), reasonStopped)
-			default:
-			}
+		if w.err != nil { // turned away (w.err was written before ready was closed)
+			return -1, b.turnedAway(w)
 		}
-		b.acquiredSlow.Add(1)
-		return w.cell, nil
-	case <-done:
-		b.giveUp(w)
-		b.canceled.Add(1)
-		return -1, b.fullEvent(b.stopped(ctx), reasonStopped)
+		// Granted. If ctx ended as well, prefer failing, and pass the
+		// permits on.
+		if ctx.Err() != nil {
+			b.releaseMany(uint64(w.cell), w.n)
+			return -1, b.canceledErr(ctx)
+		}
+		return b.granted(w, start), nil
+	case <-ctx.Done():
+		if !b.giveUp(w) {
+			return -1, b.turnedAway(w)
+		}
+		return -1, b.canceledErr(ctx)
 	case <-expired:
-		b.giveUp(w)
+		if !b.giveUp(w) {
+			return -1, b.turnedAway(w)
+		}
 		b.rejected.Add(1)
 		return -1, b.fullEvent(b.full(), reasonTimedOut)
 	}
 }
 
-// stopped is the error of a wait for a permit that ctx cut short: the
-// bulkhead was full for as long as the caller would wait, so the error is
-// ErrFull (a saturation: a breaker outside does not count it as a failure of
-// the dependency) wrapped together with ctx's error, so that
-// errors.Is(err, context.DeadlineExceeded) and the like hold too.
-func (b *Bulkhead) stopped(ctx context.Context) error {
-	return &stoppedError{full: b.full(), ctx: ctxErr(ctx)}
+// granted counts a waiter's grant and sends its EventAcquired, and returns
+// the cell. start is when it began to wait, if there is a listener.
+func (b *Bulkhead) granted(w *waiter, start time.Time) int {
+	b.acquiredSlow.Add(1)
+	if b.listener != nil {
+		b.emitAcquired(w.n, time.Since(start))
+	}
+	return w.cell
 }
 
-type stoppedError struct{ full, ctx error }
-
-func (e *stoppedError) Error() string {
-	return e.full.Error() + " (stopped waiting: " + e.ctx.Error() + ")"
+// turnedAway counts and reports a waiter turned away by the bulkhead
+// (evicted, or asking for more than a lowered limit) and returns its error.
+func (b *Bulkhead) turnedAway(w *waiter) error {
+	b.rejected.Add(1)
+	if errors.Is(w.err, ErrTooMany) {
+		return b.emitRejected(w.err)
+	}
+	return b.fullEvent(w.err, reasonEvicted)
 }
-func (e *stoppedError) Unwrap() []error { return []error{e.full, e.ctx} }
+
+// roomLocked returns the size of the waiting room, or -1 for no bound.
+// b.mu is held.
+func (b *Bulkhead) roomLocked() int64 {
+	switch n := b.maxWaiters.Load(); {
+	case n < 0:
+		return -1
+	case n == 0:
+		return max(DefaultMaxWaiters, int64(b.max.Load()))
+	default:
+		return n
+	}
+}
+
+// turnAwayLocked removes w from the queue and wakes it with err. b.mu is
+// held; the caller hands on any permits gathered for it (handoffLocked).
+func (b *Bulkhead) turnAwayLocked(w *waiter, err error) {
+	b.removeLocked(w)
+	b.waiting.Add(-1)
+	w.err = err
+	close(w.ready)
+}
+
+// canceledErr counts and returns the error of an Acquire whose ctx ended
+// before it got its permits: ctx's error marked Ignored (see Acquire).
+func (b *Bulkhead) canceledErr(ctx context.Context) error {
+	b.canceled.Add(1)
+	return watertight.Mark(ctxErr(ctx), watertight.Ignored)
+}
 
 // full returns ErrFull, labelled with the name if there is one.
 func (b *Bulkhead) full() error {
@@ -616,56 +988,83 @@ func (b *Bulkhead) full() error {
 	return b.errFull
 }
 
-// giveUp leaves the queue after a wait was cut short. If the permit was
-// handed over at the moment the waiter gave up, it is passed on, so that the
-// failed Acquire leaves the bulkhead unchanged.
-func (b *Bulkhead) giveUp(w *waiter) {
+// errTooMany returns ErrTooMany, labelled with the name if there is one.
+func (b *Bulkhead) errTooMany() error { return label(b.name, ErrTooMany) }
+
+// giveUp leaves the queue after a wait was cut short, and reports false if
+// the bulkhead had turned the waiter away already (w.err says why). If the
+// permits were handed over at the moment the waiter gave up, they are passed
+// on, so that the failed Acquire leaves the bulkhead unchanged.
+func (b *Bulkhead) giveUp(w *waiter) bool {
 	b.mu.Lock()
-	if w.granted {
-		// Give the permit back: it was never Acquire's. (If no cell holds
-		// one, a Release without Acquire has already taken it back.)
-		if !b.dec(&b.cells[w.cell]) {
-			b.releaseAnyLocked()
-		}
-		if b.fullHint.Load()&hintFull != 0 {
-			b.fullHint.And(^uint32(hintFull))
-		}
-	} else {
+	defer b.mu.Unlock()
+	switch {
+	case w.granted:
+		// Give the permits back: they were never Acquire's.
+		b.putBackLocked(w.cell, w.n)
+	case w.err != nil:
+		return false
+	default:
 		b.removeLocked(w)
 		b.waiting.Add(-1)
+		if b.fullHint.Load()&hintPending != 0 { // see hinted
+			b.rebalanceLocked()
+		}
 	}
-	if b.fullHint.Load()&hintPending != 0 { // see hinted
-		b.rebalanceLocked()
-	}
-	// Hand free permits on: the one we were given, or one that a releaser
-	// left for us as the front waiter. Harmless when there is none.
+	// Hand free permits on: the ones we were given or gathered, or one
+	// that a releaser left for us at the head. Harmless when there is none.
 	b.handoffLocked()
-	b.mu.Unlock()
+	return true
 }
 
-// handoffLocked grants free permits to waiters, oldest first. b.mu is held.
+// handoffLocked grants free permits to waiters, the head of the queue
+// first. The head's permits are gathered one by one into reserved: a head
+// that waits for n keeps those it has until it has them all, and nobody
+// behind it (nor a newcomer: waiting is not zero) gets one meanwhile. When
+// the queue is empty, the permits reserved are given back. b.mu is held.
 func (b *Bulkhead) handoffLocked() {
 	for w := b.head; w != nil; w = b.head {
-		j := 0
-		// The permit only: the acquisition is counted by the waiter if it
-		// keeps it (acquiredSlow), so a cancelled wait counts as cancelled.
-		// A cell without room may be one whose permit a caller that read
-		// waiting == 0 before we queued took: the next is looked at.
-		for j < len(b.cells) && !b.take(j, 1) {
-			j++
+		last := -1
+		// The permits only: the acquisition is counted by the waiter if it
+		// keeps them (acquiredSlow), so a cancelled wait counts as
+		// cancelled. A cell without room may be one whose permit a caller
+		// that read waiting == 0 before we queued took: the next is looked
+		// at.
+		for b.reserved.Load() < int64(w.n) {
+			j := b.takeOneLocked()
+			if j < 0 {
+				return
+			}
+			b.reserved.Add(1)
+			last = j
 		}
-		if j == len(b.cells) {
-			return
-		}
+		b.reserved.Add(-int64(w.n))
 		b.removeLocked(w)
 		b.waiting.Add(-1)
 		w.granted = true
-		w.cell = j
+		w.cell = max(last, 0) // any cell: a Release finds the permits
 		close(w.ready)
+	}
+	if r := b.reserved.Load(); r > 0 { // gathered for waiters that left
+		b.reserved.Store(0)
+		b.putBackLocked(-1, int(r))
 	}
 }
 
+// pushLocked adds w to the queue: at the back (OldestFirst) or at the head
+// (NewestFirst). Either way the tail is the oldest waiter when the order is
+// NewestFirst.
 func (b *Bulkhead) pushLocked(w *waiter) {
+	if b.lifo {
+		w.next = b.head
+		if b.head != nil {
+			b.head.prev = w
+		} else {
+			b.tail = w
+		}
+		b.head = w
+		return
+	}
 	w.prev = b.tail
 	if b.tail != nil {
 		b.tail.next = w
@@ -700,16 +1099,22 @@ type Snapshot struct {
 	Active int
 	// Waiting is the number of callers queued for a permit.
 	Waiting int
-	// Available is MaxConcurrent - Active, never below zero.
+	// Reserved is the number of permits gathered for the waiter at the
+	// head of the queue, which waits for more (AcquireN): they are held by
+	// nobody yet, and counted in neither Active nor Available.
+	Reserved int
+	// Available is MaxConcurrent - Active - Reserved, never below zero.
 	Available int
 	// Rejected counts, since New, the calls refused with ErrFull and the
 	// TryAcquire calls that returned false.
 	Rejected uint64
-	// Acquired counts, since New, the permits taken.
+	// Acquired counts, since New, the calls that took permits (an
+	// AcquireN counts once, whatever its n).
 	Acquired uint64
 	// Canceled counts, since New, the Acquire calls that failed because
 	// their context ended first. Acquired + Rejected + Canceled is the
-	// number of finished Acquire and TryAcquire calls.
+	// number of finished Acquire, AcquireN, TryAcquire and TryAcquireN
+	// calls (not counting those refused with ErrInvalidN).
 	Canceled uint64
 }
 
@@ -724,16 +1129,19 @@ func (b *Bulkhead) Snapshot() Snapshot {
 		acquired += acquiredTotal(wraps, s)
 	}
 	acquired -= min(acquired, b.bumps.Load()) // after the states: see bump
+	reserved := min(uint64(max(b.reserved.Load(), 0)), active)
 	maxc := b.max.Load()
 	avail := int(maxc) - int(active)
 	if avail < 0 {
 		avail = 0
 	}
+	active -= reserved
 	return Snapshot{
 		Name:          b.name,
 		MaxConcurrent: int(maxc),
 		Active:        int(active),
 		Waiting:       int(b.waiting.Load()),
+		Reserved:      int(reserved),
 		Available:     avail,
 		Rejected:      b.rejected.Load(),
 		Acquired:      acquired + b.acquiredSlow.Load(),
@@ -771,6 +1179,9 @@ func (b *Bulkhead) Exit(_ context.Context, t watertight.Ticket, err error) error
 		return err
 	}
 	b.release(t.Seq - 1)
+	if b.listener != nil {
+		b.emitReleased(1)
+	}
 	return err
 }
 

@@ -35,8 +35,8 @@ func checkState(t testing.TB, b *bulkhead.Bulkhead, active, waiting int) {
 	if s.Active != active || s.Waiting != waiting {
 		t.Fatalf("Active, Waiting = %d, %d; want %d, %d (snapshot %+v)", s.Active, s.Waiting, active, waiting, s)
 	}
-	if s.Available != s.MaxConcurrent-s.Active {
-		t.Fatalf("Available = %d, want %d", s.Available, s.MaxConcurrent-s.Active)
+	if want := max(0, s.MaxConcurrent-s.Active-s.Reserved); s.Available != want {
+		t.Fatalf("Available = %d, want %d", s.Available, want)
 	}
 }
 
@@ -248,11 +248,13 @@ func TestWaitUntilContextEnds(t *testing.T) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire = %v, want DeadlineExceeded", err)
 		}
-		// The bulkhead was full for as long as the caller would wait: the
-		// error is a saturation too, so a breaker outside does not count the
-		// give-up as a failure of the dependency.
-		if !errors.Is(err, bulkhead.ErrFull) || !watertight.IsSaturation(err) {
-			t.Fatalf("Acquire = %v: a wait cut short in a full bulkhead must be a saturation", err)
+		// The caller gave up: neither a failure of the dependency nor a
+		// saturation of the bulkhead.
+		if errors.Is(err, bulkhead.ErrFull) || watertight.IsSaturation(err) || watertight.IsRejection(err) {
+			t.Fatalf("Acquire = %v: a wait cut short by the caller must not be a saturation", err)
+		}
+		if o := watertight.Classify(ctx, err); o != watertight.Ignored {
+			t.Fatalf("Classify(%v) = %v, want ignored", err, o)
 		}
 		if took := time.Since(start); took != time.Hour {
 			t.Fatalf("waited %v, want 1h", took)
@@ -290,15 +292,23 @@ func TestDoneContextDoesNotQueue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	b := mustNew(t, bulkhead.Config{MaxConcurrent: 1, MaxWait: -1})
-	// A free permit is taken without looking at the context.
-	if err := b.Acquire(ctx); err != nil {
-		t.Fatalf("Acquire with a free permit = %v, want nil", err)
+	// A done context fails even with a permit free (x/sync's rule).
+	if err := b.Acquire(ctx); !errors.Is(err, context.Canceled) || watertight.Classify(ctx, err) != watertight.Ignored {
+		t.Fatalf("Acquire with a free permit and a done context = %v, want Canceled, ignored", err)
 	}
-	// When it would have to wait, a done context fails at once.
-	if err := b.Acquire(ctx); !errors.Is(err, context.Canceled) {
+	checkState(t, b, 0, 0)
+	if err := b.Acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// When it would have to wait, too.
+	if err := b.Acquire(ctx); !errors.Is(err, context.Canceled) || errors.Is(err, bulkhead.ErrFull) {
 		t.Fatalf("Acquire on a full bulkhead with a done context = %v, want Canceled", err)
 	}
+	// TryAcquire takes no context: it is not concerned.
 	checkState(t, b, 1, 0)
+	if s := b.Snapshot(); s.Canceled != 2 || s.Rejected != 0 || s.Acquired != 1 {
+		t.Fatalf("snapshot %+v, want 2 canceled, 1 acquired", s)
+	}
 	b.Release()
 }
 
@@ -493,7 +503,7 @@ func TestStress(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := mustNew(t, bulkhead.Config{MaxConcurrent: limit, MaxWait: tc.maxWait})
+			b := mustNew(t, bulkhead.Config{MaxConcurrent: limit, MaxWait: tc.maxWait, MaxWaiters: -1})
 			var inflight, peak, failed atomic.Int64
 			var wg sync.WaitGroup
 			start := make(chan struct{})
@@ -688,11 +698,47 @@ func TestGiveUpInFullBulkheadDoesNotTripBreaker(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		err = p.Run(ctx, func(context.Context) error { t.Fatal("ran without a permit"); return nil })
-		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, bulkhead.ErrFull) {
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, bulkhead.ErrFull) {
 			t.Fatalf("Run = %v", err)
 		}
 		if s := br.Snapshot(); s.State != circuit.Closed || s.Calls != 0 {
 			t.Fatalf("the breaker counted a give-up in a full bulkhead: %+v", s)
+		}
+		b.Release()
+	})
+}
+
+// A breaker that counts saturation counts a MaxWait that runs out, but
+// neither counts a caller that gave up while waiting nor one whose context
+// had ended before it came.
+func TestGiveUpIsNotSaturation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		br, err := circuit.New(circuit.Config{WindowSize: 1, MinCalls: 1, CountSaturation: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := mustNew(t, bulkhead.Config{MaxConcurrent: 1, MaxWait: time.Second})
+		b.TryAcquire()
+		p := watertight.MustNew(br, b)
+		run := func(ctx context.Context) error {
+			return p.Run(ctx, func(context.Context) error { t.Fatal("ran without a permit"); return nil })
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := run(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Run = %v", err)
+		}
+		if err := run(ctx); !errors.Is(err, context.DeadlineExceeded) { // done before it came
+			t.Fatalf("Run = %v", err)
+		}
+		if s := br.Snapshot(); s.State != circuit.Closed || s.Calls != 0 {
+			t.Fatalf("the breaker counted a give-up: %+v", s)
+		}
+		if err := run(context.Background()); !errors.Is(err, bulkhead.ErrFull) {
+			t.Fatalf("Run after MaxWait = %v, want ErrFull", err)
+		}
+		if s := br.Snapshot(); s.State != circuit.Open {
+			t.Fatalf("breaker %+v; want it open, on the saturation", s)
 		}
 		b.Release()
 	})
@@ -718,6 +764,12 @@ func (r *recorder) take() []string {
 	var out []string
 	for _, e := range r.evs {
 		s := fmt.Sprintf("%v %s/%s/%s %q", e.Kind, e.Source, e.Name, e.Key, e.Reason)
+		if e.Permits != 0 {
+			s += fmt.Sprintf(" permits=%d", e.Permits)
+		}
+		if e.Delay != 0 {
+			s += fmt.Sprintf(" delay=%v", e.Delay)
+		}
 		if e.Err != nil {
 			s += " err=" + e.Err.Error()
 		}
@@ -752,11 +804,14 @@ func TestBulkheadEvents(t *testing.T) {
 		}
 		b.Release()
 		checkEvents(t, rec.take(),
+			`acquired bulkhead/db/ "" permits=1`,
 			`bulkhead_full bulkhead/db/ "no permit free" err=bulkhead: db: full`,
-			`bulkhead_full bulkhead/db/ "no permit free" err=bulkhead: db: full`)
+			`bulkhead_full bulkhead/db/ "no permit free" err=bulkhead: db: full`,
+			`released bulkhead/db/ "" permits=1`)
 
 		w := mustNew(t, bulkhead.Config{Name: "api", MaxConcurrent: 1, MaxWait: time.Second, Listener: rec})
 		_ = w.Acquire(context.Background())
+		_ = rec.take()
 		start := time.Now()
 		if err := w.Acquire(context.Background()); !errors.Is(err, bulkhead.ErrFull) {
 			t.Fatalf("Acquire after MaxWait: %v", err)
@@ -776,10 +831,27 @@ func TestBulkheadEvents(t *testing.T) {
 			t.Errorf("first event at %v, want after MaxWait (%v)", at, start.Add(time.Second))
 		}
 		rec.mu.Unlock()
+		// A caller that gives up sends no event: it says nothing about the
+		// bulkhead.
 		checkEvents(t, rec.take(),
 			`bulkhead_full bulkhead/api/ "no permit free within MaxWait" err=bulkhead: api: full`,
-			`bulkhead_full bulkhead/api/ "the caller stopped waiting for a permit" err=bulkhead: api: full (stopped waiting: context deadline exceeded)`,
-			`bulkhead_full bulkhead/api/ "the caller stopped waiting for a permit" err=bulkhead: api: full (stopped waiting: context deadline exceeded)`)
+			`released bulkhead/api/ "" permits=1`)
+
+		// A waiter granted its permit reports how long it waited.
+		_ = w.Acquire(context.Background())
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			w.Release()
+		}()
+		if err := w.Acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		w.Release()
+		checkEvents(t, rec.take(),
+			`acquired bulkhead/api/ "" permits=1`,
+			`released bulkhead/api/ "" permits=1`,
+			`acquired bulkhead/api/ "" permits=1 delay=300ms`,
+			`released bulkhead/api/ "" permits=1`)
 	})
 }
 
@@ -808,8 +880,12 @@ func TestBulkheadListenerMayCallBackIn(t *testing.T) {
 		}()
 		_ = b.Acquire(ctx)
 		b.Release()
-		if n.Load() != 4 {
-			t.Fatalf("%d events, want 4 (2 failed Acquires, each with a failed TryAcquire)", n.Load())
+		// The first Acquire's acquired, and a full for the TryAcquire made
+		// in it; a full for the Acquire that times out, and one for its
+		// TryAcquire; none for the cancelled one; the Release's released,
+		// in which a TryAcquire succeeds: an acquired and a released.
+		if n.Load() != 7 {
+			t.Fatalf("%d events, want 7", n.Load())
 		}
 		checkState(t, b, 0, 0)
 	})
@@ -860,8 +936,9 @@ func TestMixedConcurrent(t *testing.T) {
 					ok.Add(1)
 				}
 				fail := func(err error) {
-					if !errors.Is(err, bulkhead.ErrFull) {
-						t.Errorf("error %v does not match ErrFull", err)
+					canceled := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+					if canceled == errors.Is(err, bulkhead.ErrFull) {
+						t.Errorf("error %v matches neither or both of ErrFull and the context's error", err)
 					}
 					failed.Add(1)
 				}

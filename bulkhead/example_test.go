@@ -102,3 +102,29 @@ func ExampleRegistry() {
 	// acme: 1/1
 	// globex: 1/1
 }
+
+// Weighted permits bound a shared budget rather than a number of calls: here
+// 10 units of decoding memory, a small image taking 1 and a large one 6. A
+// request larger than the whole budget fails at once; a large one waiting at
+// the head of the queue is not overtaken by small ones.
+func ExampleBulkhead_AcquireN() {
+	b, err := bulkhead.New(bulkhead.Config{Name: "decode", MaxConcurrent: 10, MaxWait: -1})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	if err := b.AcquireN(ctx, 6); err != nil { // a large image
+		panic(err)
+	}
+	fmt.Println("large in; small fits:", b.TryAcquireN(4), "and one more:", b.TryAcquire())
+	err = b.AcquireN(ctx, 11)
+	fmt.Println(err, errors.Is(err, bulkhead.ErrTooMany))
+	b.ReleaseN(4) // the small ones end
+	b.ReleaseN(6) // the large one ends
+	s := b.Snapshot()
+	fmt.Printf("active %d, acquired %d, rejected %d\n", s.Active, s.Acquired, s.Rejected)
+	// Output:
+	// large in; small fits: true and one more: false
+	// bulkhead: decode: more permits asked for than MaxConcurrent true
+	// active 0, acquired 2, rejected 2
+}

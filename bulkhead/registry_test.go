@@ -172,8 +172,10 @@ func TestRegistryEventsCarryKey(t *testing.T) {
 	}
 	a.Release()
 	checkEvents(t, rec.take(),
+		`acquired bulkhead/tenants/acme "" permits=1`,
 		`bulkhead_full bulkhead/tenants/acme "no permit free" err=bulkhead: acme: full`,
-		`rejected bulkhead/tenants/globex "" err=bulkhead: too many keys`)
+		`rejected bulkhead/tenants/globex "" err=bulkhead: too many keys`,
+		`released bulkhead/tenants/acme "" permits=1`)
 }
 
 // Issue 23: a full registry evicts the least recently used idle bulkhead,
