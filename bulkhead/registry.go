@@ -72,11 +72,11 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	return r, nil
 }
 
-// Reconfigure makes cfg's MaxConcurrent and MaxWait those of every
+// Reconfigure makes cfg's MaxConcurrent, MaxWait and MaxWaiters those of every
 // bulkhead the registry holds (Bulkhead.Reconfigure: permits in flight
 // count against the new limit) and of the ones it makes from now on. cfg is
 // validated as New does; an invalid one is an error and changes nothing.
-// The registry's Name and Listener stay what NewRegistry set. (A bulkhead
+// The registry's Name, QueueOrder and Listener stay what NewRegistry set. (A bulkhead
 // made from the old configuration while it runs is reconfigured by Get:
 // see circuit.Registry.Reconfigure.)
 func (r *Registry) Reconfigure(cfg Config) error {
@@ -86,7 +86,7 @@ func (r *Registry) Reconfigure(cfg Config) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c := *r.live.Load()
-	c.MaxConcurrent, c.MaxWait = cfg.MaxConcurrent, cfg.MaxWait
+	c.MaxConcurrent, c.MaxWait, c.MaxWaiters = cfg.MaxConcurrent, cfg.MaxWait, cfg.MaxWaiters
 	r.live.Store(&c)
 	r.gen.Add(1)
 	r.m.Range(func(_ string, b *Bulkhead) bool {
