@@ -276,7 +276,7 @@ func (p *Pool) pruneLocked(now time.Time) *job {
 // with MaxQueueWait.
 func (p *Pool) dropReason(j *job, now time.Time) error {
 	if j.ctx.Err() != nil {
-		return ctxErr(j.ctx)
+		return gaveUp(j.ctx)
 	}
 	if !j.enq.IsZero() && now.Sub(j.enq) > p.maxQueueWait {
 		return p.errQueueTimeout
@@ -498,13 +498,17 @@ func (p *Pool) run(w *worker, j *job) (res result) {
 // when Shutdown dropped it from the queue; ErrQueueTimeout when it waited
 // longer than MaxQueueWait in the queue (Call then returns at that moment,
 // and the task never runs); a *PanicError when fn panicked; and ctx's error
-// as soon as ctx ends. If ctx ends before a worker took the task, the task
-// never runs; if fn is already running, it keeps its worker until it
+// (or its cause, when that says more) as soon as ctx ends. If ctx ends before
+// a worker took the task, the task never runs, and that error is marked
+// watertight.Ignored: the caller gave up, which a breaker outside counts
+// neither as a failure nor as a saturation (as the semaphore Bulkhead's
+// Acquire does). If fn is already running, the error is ctx's as it is (a
+// deadline is then a call too slow), and fn keeps its worker until it
 // returns, so the pool's limit still holds while Call has returned.
 func Call[T any](ctx context.Context, p *Pool, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if ctx.Err() != nil {
-		return zero, ctxErr(ctx)
+		return zero, gaveUp(ctx)
 	}
 	c := &callResult[T]{done: make(chan struct{})}
 	j := &job{ctx: ctx, res: c}
@@ -524,9 +528,11 @@ func Call[T any](ctx context.Context, p *Pool, fn func(context.Context) (T, erro
 		case <-c.done:
 			return c.v, c.err
 		case <-ctx.Done():
-			err := ctxErr(ctx)
-			p.cancel(j, err)
-			return zero, err
+			if err := gaveUp(ctx); p.cancel(j, err) {
+				return zero, err
+			}
+			// fn runs, or has run: an error of the call, not a give-up.
+			return zero, ctxErr(ctx)
 		case <-expired:
 			if p.cancel(j, p.errQueueTimeout) {
 				return zero, p.errQueueTimeout
@@ -553,6 +559,12 @@ func (p *Pool) cancel(j *job, err error) bool {
 	p.event(watertight.EventDropped, err, reasonDropped)
 	return true
 }
+
+// gaveUp is the error of a task whose ctx ended before it ran: ctx's error
+// (see ctxErr) marked watertight.Ignored, since the caller gave up, which
+// says nothing about the dependency nor about the pool's saturation (that is
+// ErrQueueFull and ErrQueueTimeout).
+func gaveUp(ctx context.Context) error { return watertight.Mark(ctxErr(ctx), watertight.Ignored) }
 
 // callResult carries Call's result from the worker.
 type callResult[T any] struct {

@@ -345,8 +345,8 @@ func TestCanceledWhileQueued(t *testing.T) {
 			t.Fatalf("Queued = %d, want 2", s.Queued)
 		}
 		cancel2()
-		if err := <-errc; !errors.Is(err, context.Canceled) {
-			t.Fatalf("Call = %v, want Canceled", err)
+		if err := <-errc; !errors.Is(err, context.Canceled) || watertight.Classify(nil, err) != watertight.Ignored {
+			t.Fatalf("Call = %v, want Canceled, ignored", err)
 		}
 		if s := p.Snapshot(); s.Queued != 1 || s.Dropped != 1 {
 			t.Fatalf("after Call gave up: %+v, want 1 queued, 1 dropped", s)
@@ -357,8 +357,9 @@ func TestCanceledWhileQueued(t *testing.T) {
 		if ran.Load() {
 			t.Fatal("a task whose context ended while queued ran")
 		}
-		if got := d.get(); len(got) != 2 || !errors.Is(got[0], context.Canceled) || !errors.Is(got[1], context.Canceled) {
-			t.Fatalf("OnDrop saw %v, want Canceled twice", got)
+		if got := d.get(); len(got) != 2 || !errors.Is(got[0], context.Canceled) || !errors.Is(got[1], context.Canceled) ||
+			watertight.Classify(nil, got[1]) != watertight.Ignored {
+			t.Fatalf("OnDrop saw %v, want Canceled twice, ignored", got)
 		}
 		if s := p.Snapshot(); s.Dropped != 2 || s.Completed != 1 {
 			t.Fatalf("Snapshot() = %+v", s)
@@ -376,6 +377,37 @@ func TestCallWithDoneContext(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Call = %v, want Canceled", err)
 		}
+		shutdown(t, p)
+	})
+}
+
+// A deadline that ends while the task is queued is the caller giving up:
+// ignored, neither a failure nor a saturation. One that ends while it runs
+// is a call too slow: a failure.
+func TestCallDeadlineClassified(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustPool(t, bulkhead.PoolConfig{Workers: 1})
+		g := make(gate)
+		_ = p.Submit(context.Background(), g.wait)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		_, err := bulkhead.Call(ctx, p, func(context.Context) (int, error) { t.Error("ran"); return 0, nil })
+		if !errors.Is(err, context.DeadlineExceeded) || watertight.Classify(ctx, err) != watertight.Ignored || watertight.IsSaturation(err) {
+			t.Fatalf("Call whose deadline ended while queued = %v (%v), want DeadlineExceeded, ignored", err, watertight.Classify(ctx, err))
+		}
+		_, err = bulkhead.Call(ctx, p, func(context.Context) (int, error) { t.Error("ran"); return 0, nil })
+		if !errors.Is(err, context.DeadlineExceeded) || watertight.Classify(ctx, err) != watertight.Ignored {
+			t.Fatalf("Call with a done context = %v, want DeadlineExceeded, ignored", err)
+		}
+		close(g)
+		synctest.Wait()
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel2()
+		_, err = bulkhead.Call(ctx2, p, func(context.Context) (int, error) { time.Sleep(time.Second); return 0, nil })
+		if !errors.Is(err, context.DeadlineExceeded) || watertight.Classify(ctx2, err) != watertight.Failure {
+			t.Fatalf("Call whose deadline ended while it ran = %v, want DeadlineExceeded, a failure", err)
+		}
+		time.Sleep(time.Second)
 		shutdown(t, p)
 	})
 }
