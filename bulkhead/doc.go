@@ -9,8 +9,15 @@
 // [Bulkhead] is a counting semaphore: a call takes a permit before it runs
 // and gives it back when it ends, on the caller's own goroutine. When all
 // [Config].MaxConcurrent permits are held, a new call is refused at once with
-// [ErrFull], or waits for a permit up to [Config].MaxWait, first come, first
-// served. Taking and giving back a permit when nobody waits costs a few
+// [ErrFull], or waits for a permit up to [Config].MaxWait in a waiting room
+// of at most [Config].MaxWaiters callers, served in [Config].QueueOrder
+// (first come, first served by default). A caller whose context ends first
+// gets its context's error, marked [watertight.Ignored]: giving up is
+// neither a failure of the dependency nor a saturation of the bulkhead.
+// [Bulkhead.AcquireN] takes n permits at once, all or none, so that the
+// permits can stand for a budget (bytes, rows, slots) rather than a number
+// of calls; a large waiter at the head of the queue is not overtaken by
+// small ones. Taking and giving back a permit when nobody waits costs a few
 // atomic operations and no allocation, and refusing costs three or four
 // atomic loads and a counter increment, so it can sit on every call. The
 // permits are striped over per-core cells, so goroutines on different cores
@@ -50,9 +57,12 @@
 //
 // With a [Config].Listener (or [PoolConfig].Listener), a bulkhead reports each
 // refusal as a [watertight.Event] with Source "bulkhead": EventBulkheadFull
-// for a full bulkhead or queue, EventRejected for a closed pool or a full
-// [Registry], and EventDropped for a pool task dropped from the queue. A
-// Registry's events carry the key as Key. Events are sent with no lock held,
+// for a full bulkhead or queue, EventRejected for a closed pool, a full
+// [Registry] or an AcquireN larger than the limit ([ErrTooMany]), and
+// EventDropped for a pool task dropped from the queue. A semaphore Bulkhead
+// with a Listener also sends EventAcquired and EventReleased for every call,
+// with the permits taken or given back: throughput and permits in use can
+// be drawn from them alone. A Registry's events carry the key as Key. Events are sent with no lock held,
 // so a listener may call back in; without a listener none is built, and the
 // paths cost what they did.
 package bulkhead
