@@ -1,6 +1,7 @@
 package watertightgrpc
 
 import (
+	"context"
 	"errors"
 
 	"google.golang.org/grpc/codes"
@@ -135,6 +136,19 @@ func rejectionCode(err error) codes.Code {
 		return codes.ResourceExhausted
 	}
 	return codes.Unavailable
+}
+
+// withContextStatus gives a context error that has no gRPC status (a
+// caller that gave up inside the client's protections) the status grpc-go
+// gives a call whose context ends: CANCELLED or DEADLINE_EXCEEDED. The
+// result unwraps to err, so its classification (watertight.Ignored for a
+// bulkhead's) and errors.Is hold. Other errors are returned as they are.
+func withContextStatus(err error) error {
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	st := status.FromContextError(err)
+	return &rejectionError{err: err, st: status.New(st.Code(), err.Error())}
 }
 
 // hasStatus reports whether err or an error it wraps has a gRPC status.

@@ -417,11 +417,17 @@ func (c *client) retryPipe(key string, rc retry.Config, idempotent bool, b *circ
 }
 
 // reject gives a rejection by the client's own protections its gRPC status
-// and emits it. Errors that are not such rejections are returned as they
+// and emits it. A context error without a status (the caller's context
+// ended while it waited for a bulkhead permit or before a retry: the
+// caller gave up) gets CANCELLED or DEADLINE_EXCEEDED, as grpc-go gives a
+// call whose context ends, and no event. Other errors are returned as they
 // are.
 func (c *client) reject(key string, err error) error {
-	if err == nil || hasStatus(err) || !watertight.IsRejection(err) {
+	if err == nil || hasStatus(err) {
 		return err
+	}
+	if !watertight.IsRejection(err) {
+		return withContextStatus(err)
 	}
 	watertight.Emit(c.listener, watertight.Event{Kind: watertight.EventRejected, Source: "grpc", Name: c.name, Key: key, Err: err})
 	return withStatus(err)

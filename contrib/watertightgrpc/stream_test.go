@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
 	"time"
 
@@ -266,5 +267,35 @@ func TestStreamRefusedByOpenBreakerAndShortDeadline(t *testing.T) {
 	}
 	if rej := l.of(watertight.EventRejected); len(rej) != 2 {
 		t.Fatalf("events %+v; want two EventRejected", rej)
+	}
+}
+
+// A stream whose caller's context ends while it waits for a bulkhead permit
+// gets the context's status (CANCELLED), not RESOURCE_EXHAUSTED: the caller
+// gave up; the bulkhead did not refuse it. The breaker counts nothing.
+func TestStreamGaveUpWaitingForPermit(t *testing.T) {
+	ts := &testServer{stream: watchN(1, nil)}
+	e, br, bh := streamEnvWait(t, "bufconn", ts, -1)
+	cs, err := openWatch(t, bounded(t), e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := bh.Get(methodWatch)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for b.Snapshot().Waiting == 0 { // the second stream is queued
+			runtime.Gosched()
+		}
+		cancel()
+	}()
+	_, err = openWatch(t, ctx, e)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, bulkhead.ErrFull) || status.Code(err) != codes.Canceled {
+		t.Fatalf("stream whose context ended while waiting: %v (code %v); want CANCELLED", err, status.Code(err))
+	}
+	for cs.RecvMsg(new(wrapperspb.StringValue)) == nil {
+	}
+	c, _ := br.Get(methodWatch)
+	if s := c.Snapshot(); s.Calls != 1 || s.Failures != 0 {
+		t.Fatalf("breaker: %d calls, %d failures; want the first stream's success only", s.Calls, s.Failures)
 	}
 }
