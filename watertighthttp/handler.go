@@ -34,8 +34,9 @@ const (
 // that found the route table full (see HandlerConfig.MaxRoutes).
 const OtherRoutes = "(other routes)"
 
-// Errors the Handler passes to HandlerConfig.OnShed. Each is a saturation
-// (watertight.IsRejection and watertight.IsSaturation hold); the errors
+// Errors the Handler passes to HandlerConfig.OnShed. Each is a rejection
+// (watertight.IsRejection holds) and, but ErrQueueGaveUp, a saturation
+// (watertight.IsSaturation); the errors
 // passed to OnShed wrap them with the route: compare with errors.Is. A
 // request shed because its deadline is too short gets deadline's error
 // (deadline.ErrTooShort) instead.
@@ -49,8 +50,11 @@ var (
 	ErrDisplaced = watertight.NewSaturation("watertighthttp: displaced from the queue by a request of higher criticality")
 	// ErrQueueGaveUp: the request's context ended (its deadline passed or
 	// the client went away) while it waited in the queue; it was not run.
-	// The error passed to OnShed also matches the context's error.
-	ErrQueueGaveUp = watertight.NewSaturation("watertighthttp: request ended while queued")
+	// The error passed to OnShed also matches the context's error. It is
+	// not a saturation: the caller gave up (watertight.Classify says
+	// Ignored), as for a semaphore bulkhead's Acquire; a queue too slow for
+	// its requests' deadlines shows as many of these, so watch their rate.
+	ErrQueueGaveUp = watertight.NewRejection("watertighthttp: request ended while queued")
 	// ErrClientLimit: the request's client (HandlerConfig.Client) already
 	// had MaxPerClient requests in the Handler, running or queued, and the
 	// request was turned away at once, with 429 Too Many Requests.

@@ -455,6 +455,10 @@ func TestHandlerQueuedClientGivesUp(t *testing.T) {
 	if !errors.Is(reason, ErrQueueGaveUp) || !errors.Is(reason, context.Canceled) {
 		t.Fatalf("OnShed reason %v: want ErrQueueGaveUp and context.Canceled", reason)
 	}
+	// The client gave up: a rejection, not a saturation.
+	if !watertight.IsRejection(reason) || watertight.IsSaturation(reason) || watertight.Classify(nil, reason) != watertight.Ignored {
+		t.Fatalf("OnShed reason %v: want a rejection that is not a saturation", reason)
+	}
 	close(b.release)
 	if r := <-first; r.status != http.StatusOK {
 		t.Fatalf("first: %d", r.status)

@@ -42,8 +42,9 @@ const (
 const OtherMethods = "(other methods)"
 
 // Errors of the server interceptors, seen in the Err of their EventShed
-// events (wrapped: compare with errors.Is). Each is a saturation
-// (watertight.IsRejection and watertight.IsSaturation hold). A request shed
+// events (wrapped: compare with errors.Is). Each is a rejection
+// (watertight.IsRejection holds) and, but ErrQueueGaveUp, a saturation
+// (watertight.IsSaturation). A request shed
 // because its deadline is too short gets deadline.ErrTooShort instead.
 var (
 	// ErrMethodFull: the method had MaxConcurrent requests in flight and
@@ -52,7 +53,9 @@ var (
 	ErrMethodFull = watertight.NewSaturation("watertightgrpc: method at its limit")
 	// ErrQueueGaveUp: the request's context ended (its deadline passed or
 	// the client went away) while it waited in the queue; it was not run.
-	ErrQueueGaveUp = watertight.NewSaturation("watertightgrpc: request ended while queued")
+	// It is not a saturation: the caller gave up (watertight.Classify says
+	// Ignored), as for a semaphore bulkhead's Acquire.
+	ErrQueueGaveUp = watertight.NewRejection("watertightgrpc: request ended while queued")
 	// ErrDisplaced: the request waited in a full queue and was removed to
 	// make room for a request of higher criticality; it was not run. It is
 	// answered like ErrMethodFull: RejectCode and the negative pushback.

@@ -254,6 +254,9 @@ func TestServerQueuedRequestGivesUp(t *testing.T) {
 		if len(shed) != 1 || !errors.Is(shed[0].Err, watertightgrpc.ErrQueueGaveUp) || !errors.Is(shed[0].Err, context.DeadlineExceeded) {
 			t.Fatalf("events %+v; want one EventShed with ErrQueueGaveUp", shed)
 		}
+		if !watertight.IsRejection(shed[0].Err) || watertight.IsSaturation(shed[0].Err) {
+			t.Fatalf("%v: want a rejection that is not a saturation (the caller gave up)", shed[0].Err)
+		}
 	})
 }
 

@@ -10,8 +10,11 @@ import (
 	"github.com/watertight-go/watertight"
 )
 
-// Errors of Queue.Acquire and Queue.AcquireWait. Each is a saturation
-// (watertight.IsSaturation holds); the adapters map them to their own
+// Errors of Queue.Acquire and Queue.AcquireWait. Each is a rejection, and
+// each but ErrGaveUp a saturation (watertight.IsSaturation holds): a
+// request whose context ended while it waited was given up by its caller,
+// which says nothing of the server's saturation, as with the semaphore
+// bulkhead (watertight.Classify: Ignored). The adapters map them to their own
 // errors. ErrFull, ErrDisplaced and ErrMaxWait are returned as they are
 // (compare with ==); the error of a waiter whose context ended matches
 // ErrGaveUp, context.Cause of its context and the context's error (compare
@@ -26,7 +29,7 @@ var (
 	ErrDisplaced = watertight.NewSaturation("admission: displaced from the queue by a request of higher criticality")
 	// ErrGaveUp: the request's context ended while it waited (or before it
 	// came); it was not let in.
-	ErrGaveUp = watertight.NewSaturation("admission: context ended while queued")
+	ErrGaveUp = watertight.NewRejection("admission: context ended while queued")
 	// ErrMaxWait: the request waited the longest time allowed (the maxWait
 	// of AcquireWait) and was removed from the queue.
 	ErrMaxWait = watertight.NewSaturation("admission: waited the longest time allowed in the queue")

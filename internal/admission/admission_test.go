@@ -65,8 +65,8 @@ func TestFastPathStress(t *testing.T) {
 					}
 					err := q.AcquireWait(ctx, g%4-2, tc.maxWait)
 					if err != nil {
-						if !watertight.IsSaturation(err) {
-							t.Errorf("acquire: %v is not a saturation", err)
+						if !watertight.IsSaturation(err) && !errors.Is(err, ErrGaveUp) {
+							t.Errorf("acquire: %v is neither a saturation nor a give-up", err)
 						}
 						return
 					}
@@ -215,6 +215,10 @@ func TestDropsDeadWaiters(t *testing.T) {
 		var gu *GaveUpError
 		if !errors.Is(err, ErrGaveUp) || !errors.Is(err, context.DeadlineExceeded) || !watertight.IsRejection(err) || !errors.As(err, &gu) {
 			t.Fatalf("dead waiter error %v: want ErrGaveUp and DeadlineExceeded", err)
+		}
+		// The caller gave up: not a saturation (Classify: Ignored).
+		if watertight.IsSaturation(err) || watertight.Classify(short, err) != watertight.Ignored {
+			t.Fatalf("dead waiter error %v: a saturation, or not ignored", err)
 		}
 		if q.waiting.Load() != 1 {
 			t.Fatalf("queue length %d after the dead waiter left, want 1", q.waiting.Load())
@@ -476,8 +480,8 @@ func TestStress(t *testing.T) {
 					}
 					inside.Add(-1)
 					q.Release()
-				} else if !watertight.IsSaturation(err) {
-					t.Errorf("acquire: %v is not a saturation", err)
+				} else if !watertight.IsSaturation(err) && !errors.Is(err, ErrGaveUp) {
+					t.Errorf("acquire: %v is neither a saturation nor a give-up", err)
 				}
 				cancel()
 			}
