@@ -292,7 +292,10 @@ func sfListener(p sfParams) watertight.Listener {
 }
 
 func newSFGateway(p sfParams, protected bool, deps [3]string, base context.Context) (*sfGateway, error) {
-	pool, err := bulkhead.New(bulkhead.Config{Name: "workers", MaxConcurrent: p.workers, MaxWait: -1, Listener: sfListener(p)})
+	// The server's workers: requests wait for one as long as their context
+	// lets them, in a queue without bound (MaxWaiters -1), as a plain
+	// server's would.
+	pool, err := bulkhead.New(bulkhead.Config{Name: "workers", MaxConcurrent: p.workers, MaxWait: -1, MaxWaiters: -1, Listener: sfListener(p)})
 	if err != nil {
 		return nil, err
 	}

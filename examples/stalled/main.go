@@ -96,7 +96,9 @@ type gateway struct {
 }
 
 func newGateway(workers int, stall time.Duration, protected bool) (*gateway, error) {
-	pool, err := bulkhead.New(bulkhead.Config{Name: "workers", MaxConcurrent: workers, MaxWait: -1})
+	// The shared workers: a queue without bound (MaxWaiters -1), as a plain
+	// server's.
+	pool, err := bulkhead.New(bulkhead.Config{Name: "workers", MaxConcurrent: workers, MaxWait: -1, MaxWaiters: -1})
 	if err != nil {
 		return nil, err
 	}
