@@ -173,6 +173,7 @@ type Bulkhead struct {
 	max     atomic.Uint64 // MaxConcurrent; changed only under mu
 	maxWait atomic.Int64  // MaxWait; read when the fast path fails
 	errFull error         // ErrFull, labelled with the name
+	errMany error         // ErrTooMany, labelled with the name
 	// listener is read on every call, to send EventAcquired and
 	// EventReleased: with none, that is one load and a branch.
 	listener watertight.Listener
@@ -240,6 +241,7 @@ func newBulkhead(cfg Config) *Bulkhead {
 		listener: cfg.Listener,
 		evName:   cfg.Name,
 		errFull:  label(cfg.Name, ErrFull),
+		errMany:  label(cfg.Name, ErrTooMany),
 	}
 	b.max.Store(uint64(n))
 	b.maxWait.Store(int64(cfg.MaxWait))
@@ -882,6 +884,11 @@ func (b *Bulkhead) wait(ctx context.Context, n int) (int, error) {
 	}
 	w := &waiter{ready: make(chan struct{}), n: n}
 	b.mu.Lock()
+	if uint64(n) > b.max.Load() { // lowered since AcquireN looked: see SetMaxConcurrent
+		b.mu.Unlock()
+		b.rejected.Add(1)
+		return -1, b.emitRejected(b.errTooMany())
+	}
 	if room := b.roomLocked(); room >= 0 && b.waiting.Load() >= room {
 		if !b.lifo || b.tail == nil {
 			b.mu.Unlock()
@@ -989,7 +996,12 @@ func (b *Bulkhead) full() error {
 }
 
 // errTooMany returns ErrTooMany, labelled with the name if there is one.
-func (b *Bulkhead) errTooMany() error { return label(b.name, ErrTooMany) }
+func (b *Bulkhead) errTooMany() error {
+	if b.errMany == nil { // zero Bulkhead
+		return ErrTooMany
+	}
+	return b.errMany
+}
 
 // giveUp leaves the queue after a wait was cut short, and reports false if
 // the bulkhead had turned the waiter away already (w.err says why). If the

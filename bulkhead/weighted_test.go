@@ -3,7 +3,11 @@ package bulkhead_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -400,5 +404,101 @@ func TestAcquireNAllocs(t *testing.T) {
 		b.ReleaseN(4)
 	}); n != 0 {
 		t.Errorf("AcquireN(4)+ReleaseN(4) allocates %v times", n)
+	}
+	named := mustNew(t, bulkhead.Config{Name: "x", MaxConcurrent: 2})
+	if n := testing.AllocsPerRun(1000, func() { _ = named.AcquireN(ctx, 3) }); n != 0 {
+		t.Errorf("ErrTooMany allocates %v times", n)
+	}
+}
+
+// TestWeightedStress runs goroutines that take 1 to 3 permits at once
+// (AcquireN, TryAcquireN, Acquire, with waits that time out or are
+// cancelled) while another resizes the bulkhead between 4 and 8 permits.
+// The permits held never exceed the largest limit, and exactly MaxConcurrent
+// once no resize runs; every call is counted once and everything drains.
+func TestWeightedStress(t *testing.T) {
+	for _, order := range []bulkhead.QueueOrder{bulkhead.OldestFirst, bulkhead.NewestFirst} {
+		t.Run(order.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const workers, ops = 16, 150
+				b := mustNew(t, bulkhead.Config{MaxConcurrent: 8, MaxWait: 2 * time.Millisecond, MaxWaiters: 6, QueueOrder: order})
+				var inflight, peak, ok, failed atomic.Int64
+				var wg sync.WaitGroup
+				stop := make(chan struct{})
+				resized := make(chan struct{})
+				go func() {
+					defer close(resized)
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						case <-time.After(300 * time.Microsecond):
+						}
+						if err := b.SetMaxConcurrent(4 + 4*(i%2)); err != nil {
+							t.Error(err)
+						}
+					}
+				}()
+				for w := range workers {
+					wg.Go(func() {
+						rng := rand.New(rand.NewPCG(uint64(w), uint64(order)))
+						for range ops {
+							n := 1 + rng.IntN(3)
+							var err error
+							switch rng.IntN(4) {
+							case 0:
+								if !b.TryAcquireN(n) {
+									err = bulkhead.ErrFull
+								}
+							case 1:
+								ctx, cancel := context.WithCancel(context.Background())
+								go func() { runtime.Gosched(); cancel() }()
+								err = b.AcquireN(ctx, n)
+								cancel()
+							case 2:
+								n = 1
+								err = b.Acquire(context.Background())
+							default:
+								err = b.AcquireN(context.Background(), n)
+							}
+							if err != nil {
+								if !errors.Is(err, bulkhead.ErrFull) && !errors.Is(err, context.Canceled) && !errors.Is(err, bulkhead.ErrTooMany) {
+									t.Errorf("AcquireN(%d): %v", n, err)
+								}
+								failed.Add(1)
+								continue
+							}
+							recordPeak(&peak, inflight.Add(int64(n)))
+							time.Sleep(time.Duration(rng.IntN(500)) * time.Microsecond)
+							inflight.Add(-int64(n))
+							ok.Add(1)
+							b.ReleaseN(n)
+						}
+					})
+				}
+				wg.Wait()
+				close(stop)
+				<-resized
+				synctest.Wait()
+				s := b.Snapshot()
+				if p := peak.Load(); p > 8 || p == 0 {
+					t.Fatalf("peak permits held = %d, want 1..8", p)
+				}
+				if s.Active != 0 || s.Waiting != 0 || s.Reserved != 0 {
+					t.Fatalf("after the run: %+v; want every permit back", s)
+				}
+				if got := s.Acquired + s.Rejected + s.Canceled; got != workers*ops || s.Acquired != uint64(ok.Load()) {
+					t.Fatalf("snapshot %+v; seen %d acquired, %d failed", s, ok.Load(), failed.Load())
+				}
+				if err := b.SetMaxConcurrent(3); err != nil {
+					t.Fatal(err)
+				}
+				if !b.TryAcquireN(3) || b.TryAcquire() {
+					t.Fatalf("after the run, a limit of 3: %+v", b.Snapshot())
+				}
+				b.ReleaseN(3)
+				t.Logf("peak %d, acquired %d, rejected %d, canceled %d", peak.Load(), s.Acquired, s.Rejected, s.Canceled)
+			})
+		})
 	}
 }
