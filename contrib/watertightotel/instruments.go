@@ -74,7 +74,7 @@ func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
 	in.bulkheadQueued = updown("watertight.bulkhead.queued", "{call}", "Callers waiting for a permit (semaphore) or tasks waiting for a worker (pool).")
 	in.bulkheadAvailable = updown("watertight.bulkhead.available", "{permit}", "Permits (semaphore) or idle workers (pool) free now.")
 	in.bulkheadRejections = counter("watertight.bulkhead.rejections", "{call}", "Calls refused because the bulkhead was full (semaphore), or tasks refused because the queue was full or the pool closed (pool).")
-	in.bulkheadAcquisitions = counter("watertight.bulkhead.acquisitions", "{permit}", "Permits taken from a semaphore bulkhead.")
+	in.bulkheadAcquisitions = counter("watertight.bulkhead.acquisitions", "{permit}", "Acquisitions of a semaphore bulkhead: calls that took permits (an AcquireN counts once).")
 	in.bulkheadCancellations = counter("watertight.bulkhead.cancellations", "{call}", "Waits for a semaphore bulkhead's permit that ended because the caller's context did.")
 	in.poolQueueCapacity = updown("watertight.bulkhead.pool.queue.capacity", "{task}", "Queue size of a worker pool.")
 	in.poolDropped = counter("watertight.bulkhead.pool.dropped", "{task}", "Accepted pool tasks dropped without running (context done, queue wait exceeded, shut down).")

@@ -58,7 +58,7 @@ func (d *descs) init(constLabels prometheus.Labels) error {
 	d.bulkheadQueued = nd("watertight_bulkhead_queued", "Callers waiting for a permit (semaphore) or tasks waiting for a worker (pool).", nkk...)
 	d.bulkheadAvailable = nd("watertight_bulkhead_available", "Permits (semaphore) or idle workers (pool) free now.", nkk...)
 	d.bulkheadRejected = nd("watertight_bulkhead_rejected_total", "Calls refused because the bulkhead was full (semaphore), or tasks refused because the queue was full or the pool closed (pool).", nkk...)
-	d.bulkheadAcquired = nd("watertight_bulkhead_acquired_total", "Permits taken from a semaphore bulkhead.", nk...)
+	d.bulkheadAcquired = nd("watertight_bulkhead_acquired_total", "Acquisitions of a semaphore bulkhead: calls that took permits (an AcquireN counts once).", nk...)
 	d.bulkheadCanceled = nd("watertight_bulkhead_canceled_total", "Waits for a semaphore bulkhead's permit that ended because the caller's context did.", nk...)
 	d.poolQueueCapacity = nd("watertight_bulkhead_pool_queue_capacity", "Queue size of a worker pool.", n...)
 	d.poolDropped = nd("watertight_bulkhead_pool_dropped_total", "Accepted pool tasks dropped without running (context done, queue wait exceeded, shut down).", n...)
