@@ -156,11 +156,13 @@ func (cfg Config) validate(typ string) error {
 // Taking and giving back a permit when nobody waits costs a few atomic
 // operations on a cache line that goroutines on other cores rarely touch (the
 // permits are striped over per-core cells: see state.go), and no allocation;
-// only a caller that must wait takes a mutex and joins a first-come,
-// first-served queue.
+// only a caller that must wait takes a mutex and joins the queue (served in
+// Config.QueueOrder, at most Config.MaxWaiters long), and so does AcquireN
+// for more than one permit.
 //
-// Its limit and wait can change while it is in use (SetMaxConcurrent,
-// SetMaxWait, Reconfigure), keeping the permits in flight.
+// Its limit, wait and waiting room can change while it is in use
+// (SetMaxConcurrent, SetMaxWait, SetMaxWaiters, Reconfigure), keeping the
+// permits in flight.
 //
 // A Bulkhead is safe for concurrent use. Build it with New: the zero value
 // has no permits, so every Acquire fails with ErrFull.

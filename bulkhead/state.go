@@ -67,7 +67,8 @@ import (
 // Acquisitions of permits handed to waiters are counted apart, in
 // acquiredSlow, once the waiter keeps the permit: the hand-over itself adds
 // only 1 to a cell, so a wait cancelled at that moment is not counted as
-// acquired.
+// acquired. So are those of AcquireN for n > 1, whose permits are gathered
+// one by one (1 each) and counted once.
 const (
 	activeBits  = 24
 	activeMask  = 1<<activeBits - 1
