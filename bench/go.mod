@@ -9,6 +9,7 @@ require (
 	github.com/sony/gobreaker/v2 v2.4.0
 	github.com/watertight-go/watertight v0.0.0
 	github.com/watertight-go/watertight/contrib/watertightgrpc v0.0.0
+	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.22.0
 	google.golang.org/grpc v1.84.0
 	google.golang.org/protobuf v1.36.12
