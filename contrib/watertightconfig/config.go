@@ -143,6 +143,8 @@ var (
 
 var windowTypes = []string{"count", "time"}
 
+var queueOrders = []string{bulkhead.OldestFirst.String(), bulkhead.NewestFirst.String()}
+
 var jitters = []string{"full", "none", "equal", "decorrelated", "constant"}
 
 var breakerFields = []field[Breaker]{
@@ -173,6 +175,8 @@ var breakerFields = []field[Breaker]{
 var bulkheadFields = []field[Bulkhead]{
 	intField("max_concurrent", 1, bulkhead.MaxConcurrentLimit, nil, func(b *Bulkhead) *int { return &b.Config.MaxConcurrent }),
 	durField("max_wait", 0, kwUnlimited, func(b *Bulkhead) *time.Duration { return &b.Config.MaxWait }),
+	intField("max_waiters", 1, maxInt, kwKeys, func(b *Bulkhead) *int { return &b.Config.MaxWaiters }),
+	enumField("queue_order", queueOrders, func(b *Bulkhead, i int) { b.Config.QueueOrder = bulkhead.QueueOrder(i) }),
 	intField("max_keys", 1, maxInt, kwKeys, func(b *Bulkhead) *int { return &b.MaxKeys }),
 }
 
@@ -322,10 +326,16 @@ var bulkheadKind = kind[Bulkhead]{
 	},
 	finish: func(b *Bulkhead, name string) { b.Config.Name = name },
 	check: func(b *Bulkhead, src source) []problem {
-		if _, err := bulkhead.New(b.Config); err != nil {
-			return []problem{packageProblem(err, "", bulkheadFields, src)}
+		var ps []problem
+		if b.Config.MaxWait == 0 {
+			for _, k := range []string{"max_waiters", "queue_order"} {
+				ps = appendUnused(ps, src, k, "max_wait", "has no effect with max_wait: 0s (nobody waits)")
+			}
 		}
-		return nil
+		if _, err := bulkhead.New(b.Config); err != nil {
+			ps = append(ps, packageProblem(err, "", bulkheadFields, src))
+		}
+		return ps
 	},
 	src: func(b *Bulkhead) *source { return &b.src },
 }

@@ -336,6 +336,10 @@ func (r *Registry) build(old *state, f *File) (_ *state, _ Changes, apply []func
 			if _, err := bulkhead.New(c); err != nil {
 				return nil, fmt.Errorf("config: bulkheads.%s: %w", name, err)
 			}
+			if s.Config.QueueOrder != o.spec.Config.QueueOrder {
+				// Reconfigure keeps the waiters' queue, and its order with it.
+				return nil, fmt.Errorf("config: bulkheads.%s.queue_order: cannot change from %v to %v on a reload (the bulkhead is reconfigured in place, keeping its waiters); restart the process to change it", name, o.spec.Config.QueueOrder, s.Config.QueueOrder)
+			}
 			apply = append(apply, func() []string {
 				_ = o.b.Reconfigure(c) // validated above
 				return keyedRebuilt("bulkheads."+name, o.keyed.set(c, s.MaxKeys))

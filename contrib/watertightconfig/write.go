@@ -11,6 +11,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/watertight-go/watertight/backoff"
+	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 )
 
@@ -40,6 +41,18 @@ func (f *File) Write(w io.Writer) error {
 			c := b.Config
 			o.field(b.src, "max_concurrent", strconv.Itoa(c.MaxConcurrent))
 			o.field(b.src, "max_wait", durOr(c.MaxWait, c.MaxWait < 0, "unlimited"))
+			field := o.field
+			if c.MaxWait == 0 {
+				field = func(s source, key, val string) { o.unused(s, key, val, "max_wait is 0s") }
+			}
+			if c.MaxWaiters == 0 {
+				if c.MaxWait != 0 {
+					o.comment(fmt.Sprintf("    # max_waiters: %d (the default: %d, or max_concurrent if larger)", max(bulkhead.DefaultMaxWaiters, c.MaxConcurrent), bulkhead.DefaultMaxWaiters))
+				}
+			} else {
+				field(b.src, "max_waiters", keys(c.MaxWaiters))
+			}
+			field(b.src, "queue_order", c.QueueOrder.String())
 			o.field(b.src, "max_keys", keys(b.MaxKeys))
 		}
 	}
