@@ -72,6 +72,10 @@ const (
 	// (Release, ReleaseN, Exit); the rate of these events is the rate of
 	// finished calls. See EventAcquired.
 	EventReleased
+	// EventLimitChanged: an adaptive concurrency limit (package limit)
+	// moved its limit to Permits at the end of a window; Reason names the
+	// algorithm, Delay is the window's mean latency.
+	EventLimitChanged
 	numEventKinds
 )
 
@@ -94,6 +98,7 @@ var eventKindNames = [...]string{
 	EventBadInput:        "bad_input",
 	EventAcquired:        "acquired",
 	EventReleased:        "released",
+	EventLimitChanged:    "limit_changed",
 }
 
 // String returns the kind's stable snake_case name ("state_change"), for

@@ -78,6 +78,7 @@ var messages = [256]string{
 	watertight.EventBadInput:        "watertight: bad input ignored",
 	watertight.EventAcquired:        "watertight: bulkhead permit acquired",
 	watertight.EventReleased:        "watertight: bulkhead permit released",
+	watertight.EventLimitChanged:    "watertight: concurrency limit changed",
 }
 
 // NewListener returns a Listener that logs each event to logger (if nil,

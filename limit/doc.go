@@ -1,0 +1,36 @@
+// Package limit is an adaptive concurrency limit: a bulkhead that sizes
+// itself from the latency and drops of the calls it admits.
+//
+// A static bulkhead must be sized from measured demand, and capacity moves:
+// after a deploy, beside a noisy neighbour, during a failover, a limit that
+// was right becomes too high (queues build in the dependency and latency
+// explodes) or too low (goodput is thrown away). A Limiter admits calls
+// like a semaphore bulkhead (package bulkhead: the same waiting room, max
+// wait and queue order, the same rejections, ErrLimited being a saturation)
+// and moves its number of permits window by window: each call's end says
+// how long it took (Permit.Done), that it signalled overload (Permit.Drop:
+// a timeout, an overload answer) or nothing (Permit.Ignore), and every
+// Config.WindowSamples calls, once Config.MinWindow has passed, the window's
+// measurements go to an Algorithm, whose answer, clamped to [MinLimit,
+// MaxLimit], is the new limit.
+//
+// # Algorithms
+//
+// NewDefault, watertight's own, is the default. AIMD, Vegas and Gradient2,
+// with the defaults of Netflix's concurrency-limits, are there for those who
+// know them. An Algorithm is a small interface: write your own.
+//
+// # Costs
+//
+// Acquire and Done cost the bulkhead's acquire and release and a few atomic
+// adds to the current window; nothing allocates, no lock is taken, and the
+// clock is read only once per window (to apply MinWindow). As a
+// watertight.Policy (Enter, Exit) the Limiter measures each call itself,
+// which reads the clock twice per call.
+//
+// # Events
+//
+// With a Config.Listener, every change of the limit is an
+// EventLimitChanged, and the inner bulkhead's events (rejections, and per
+// call EventAcquired and EventReleased) come with Source "bulkhead".
+package limit

@@ -1,0 +1,444 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/bulkhead"
+)
+
+// Defaults used for zero fields of Config.
+const (
+	DefaultInitialLimit  = 20
+	DefaultMinLimit      = 1
+	DefaultMaxLimit      = 1000
+	DefaultWindowSamples = 10
+	DefaultMinWindow     = time.Second
+)
+
+// ErrLimited is returned when the limit is reached and the caller may not
+// wait (or waited Config.MaxWait in vain). It is a saturation, so a breaker
+// outside does not count it as a failure of the dependency, and a
+// rejection, so no retry retries it. A named Limiter returns an error that
+// wraps it and names the limiter.
+var ErrLimited = watertight.NewSaturation("limit: concurrency limit reached")
+
+// Config configures a Limiter. The zero value is valid.
+type Config struct {
+	// Name labels the limiter in errors, events and snapshots.
+	Name string
+	// Algorithm builds the limiter's algorithm (each Limiter gets its own:
+	// an Algorithm keeps state). Nil means NewDefault, watertight's own.
+	Algorithm func() Algorithm
+	// InitialLimit is the limit before the first window has been judged.
+	// Zero means DefaultInitialLimit (20), clamped to [MinLimit, MaxLimit].
+	InitialLimit int
+	// MinLimit and MaxLimit bound the limit. Zero means DefaultMinLimit (1)
+	// and DefaultMaxLimit (1000). MinLimit must be at least 1 and at most
+	// MaxLimit; MaxLimit at most bulkhead.MaxConcurrentLimit.
+	MinLimit, MaxLimit int
+	// MaxWait is how long a caller waits for a permit when the limit is
+	// reached: zero means no wait (ErrLimited at once), negative until the
+	// caller's context ends, positive at most that long. Waiting callers are
+	// served in QueueOrder, from a waiting room of MaxWaiters (see
+	// bulkhead.Config, whose meanings these are).
+	MaxWait time.Duration
+	// MaxWaiters bounds the waiting room (bulkhead.Config.MaxWaiters).
+	MaxWaiters int
+	// QueueOrder is the order waiters are served in (bulkhead.Config.QueueOrder).
+	QueueOrder bulkhead.QueueOrder
+	// WindowSamples is how many calls (measured or dropped) a window
+	// holds at least before it is judged. Zero means DefaultWindowSamples
+	// (10); must not be negative.
+	WindowSamples int
+	// MinWindow is how long a window lasts at least (after WindowSamples
+	// calls), so that the limit moves at a pace the latency can follow at
+	// any rate. Zero means DefaultMinWindow (1s); negative means no minimum
+	// (a window is judged after WindowSamples calls), and then the clock is
+	// never read to close a window.
+	MinWindow time.Duration
+	// Clock, if not nil, is the limiter's clock: the time since some fixed
+	// instant. It is read once per window (and by Enter and Exit, to
+	// measure latency). For simulations on virtual time; nil means the
+	// monotonic clock.
+	Clock func() time.Duration
+	// Listener, if not nil, receives an EventLimitChanged whenever a window
+	// changes the limit (Reason the algorithm, Delay the window's mean
+	// latency, Permits the new limit), and the inner bulkhead's events
+	// (Source "bulkhead", Name this Name): rejections at the limit as
+	// EventBulkheadFull, and, per call, EventAcquired and EventReleased.
+	Listener watertight.Listener
+}
+
+// resolve fills defaults and validates.
+func (c Config) resolve() (Config, error) {
+	bad := func(field, rule string, got any) error {
+		return fmt.Errorf("limit: Config.%s %s, got %v", field, rule, got)
+	}
+	if c.MinLimit < 0 {
+		return c, bad("MinLimit", "must be >= 1 (0 means 1)", c.MinLimit)
+	}
+	if c.MinLimit == 0 {
+		c.MinLimit = DefaultMinLimit
+	}
+	if c.MaxLimit < 0 || c.MaxLimit > bulkhead.MaxConcurrentLimit {
+		return c, bad("MaxLimit", fmt.Sprintf("must be in [1, %d] (0 means %d)", bulkhead.MaxConcurrentLimit, DefaultMaxLimit), c.MaxLimit)
+	}
+	if c.MaxLimit == 0 {
+		c.MaxLimit = max(DefaultMaxLimit, c.MinLimit)
+	}
+	if c.MinLimit > c.MaxLimit {
+		return c, fmt.Errorf("limit: Config.MinLimit must be <= MaxLimit (%d), got %d", c.MaxLimit, c.MinLimit)
+	}
+	if c.InitialLimit < 0 {
+		return c, bad("InitialLimit", "must be >= 0 (0 means 20)", c.InitialLimit)
+	}
+	if c.InitialLimit == 0 {
+		c.InitialLimit = DefaultInitialLimit
+	}
+	c.InitialLimit = min(max(c.InitialLimit, c.MinLimit), c.MaxLimit)
+	if c.WindowSamples < 0 {
+		return c, bad("WindowSamples", "must be >= 0 (0 means 10)", c.WindowSamples)
+	}
+	if c.WindowSamples == 0 {
+		c.WindowSamples = DefaultWindowSamples
+	}
+	if c.MinWindow == 0 {
+		c.MinWindow = DefaultMinWindow
+	}
+	if c.Algorithm == nil {
+		c.Algorithm = func() Algorithm { return NewDefault(DefaultOptions{}) }
+	}
+	return c, nil
+}
+
+// Limiter is an adaptive concurrency limit: a semaphore bulkhead whose
+// number of permits its Algorithm moves, window by window, from the
+// latencies and drops of the calls it admits. Acquire (or TryAcquire) takes
+// a permit; the Permit's Done, Drop or Ignore gives it back and says what
+// the call measured. As a watertight.Policy it measures latency itself and
+// classifies the call's error (see Exit).
+//
+// Taking and giving back a permit costs what the bulkhead's do, plus a few
+// atomic adds to the current window; nothing allocates, no lock is taken
+// and the clock is not read, except once per window and by Enter and Exit.
+type Limiter struct {
+	name  string
+	cfg   Config
+	alg   Algorithm
+	bh    *bulkhead.Bulkhead
+	epoch time.Time
+	limit atomic.Int64
+	win   atomic.Pointer[window]
+
+	upd     sync.Mutex // serialises the algorithm's Update
+	changes atomic.Uint64
+	windows atomic.Uint64
+	last    atomic.Pointer[Window]
+	errLim  error
+}
+
+// window accumulates one window's measurements. A full window is swapped
+// for a fresh one by the call that fills it; late adds to the old one are
+// lost, which a statistic can afford.
+type window struct {
+	_       [64]byte
+	events  atomic.Int64 // samples + drops
+	drops   atomic.Int64
+	sumLat  atomic.Int64
+	minLat  atomic.Int64
+	maxLat  atomic.Int64
+	minDl   atomic.Int64
+	_       [16]byte // next and start on a line of their own
+	next    atomic.Int64  // events at which to judge it (again)
+	start   time.Duration // the clock when the window began
+	_       [64]byte
+}
+
+func newWindow(start time.Duration, samples int) *window {
+	w := &window{start: start}
+	w.next.Store(int64(samples))
+	w.minLat.Store(math.MaxInt64)
+	w.minDl.Store(math.MaxInt64)
+	return w
+}
+
+// New returns a Limiter for cfg, or an error naming the first invalid field.
+func New(cfg Config) (*Limiter, error) {
+	c, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	bh, err := bulkhead.New(bulkhead.Config{
+		Name: c.Name, MaxConcurrent: c.InitialLimit, MaxWait: c.MaxWait,
+		MaxWaiters: c.MaxWaiters, QueueOrder: c.QueueOrder, Listener: c.Listener,
+	})
+	if err != nil {
+		// The bulkhead's rules are the limiter's: say them in its name.
+		return nil, errors.New("limit: " + strings.TrimPrefix(err.Error(), "bulkhead: "))
+	}
+	l := &Limiter{name: c.Name, cfg: c, alg: c.Algorithm(), bh: bh, epoch: time.Now()}
+	if l.alg == nil {
+		return nil, errors.New("limit: Config.Algorithm returned nil")
+	}
+	l.errLim = ErrLimited
+	if c.Name != "" {
+		l.errLim = &namedError{name: c.Name, err: ErrLimited}
+	}
+	l.limit.Store(int64(c.InitialLimit))
+	l.win.Store(newWindow(l.now(), c.WindowSamples))
+	return l, nil
+}
+
+type namedError struct {
+	name string
+	err  error
+}
+
+func (e *namedError) Error() string { return e.err.Error() + " (" + e.name + ")" }
+func (e *namedError) Unwrap() error { return e.err }
+
+func (l *Limiter) now() time.Duration {
+	if l.cfg.Clock != nil {
+		return l.cfg.Clock()
+	}
+	return time.Since(l.epoch)
+}
+
+// Name returns Config.Name.
+func (l *Limiter) Name() string { return l.name }
+
+// Limit returns the current limit.
+func (l *Limiter) Limit() int { return int(l.limit.Load()) }
+
+// Permit is one admitted call. Exactly one of Done, Drop or Ignore must be
+// called when the call ends. The zero Permit does nothing.
+type Permit struct {
+	l *Limiter
+}
+
+// Acquire takes a permit, waiting as Config.MaxWait says. It fails with
+// ErrLimited (a saturation) when the limit is reached and the caller may not
+// wait longer, or with its context's error, marked watertight.Ignored, when
+// ctx ends first (as the bulkhead's Acquire does).
+func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
+	if err := l.bh.Acquire(ctx); err != nil {
+		return Permit{}, l.translate(err)
+	}
+	return Permit{l: l}, nil
+}
+
+// TryAcquire takes a permit if one is free and nobody waits for one.
+func (l *Limiter) TryAcquire() (Permit, bool) {
+	if !l.bh.TryAcquire() {
+		return Permit{}, false
+	}
+	return Permit{l: l}, true
+}
+
+// translate turns the bulkhead's ErrFull into ErrLimited.
+func (l *Limiter) translate(err error) error {
+	if errors.Is(err, bulkhead.ErrFull) {
+		return l.errLim
+	}
+	return err
+}
+
+// Done ends a call that was measured: latency is how long it took, whether
+// it succeeded or failed for a reason of its own (a 404 says as much about
+// the dependency's speed as a 200).
+func (p Permit) Done(latency time.Duration) {
+	if p.l != nil {
+		p.l.bh.Release()
+		p.l.sample(int64(latency), 0)
+	}
+}
+
+// Drop ends a call that signals overload: it timed out, the dependency
+// refused it as overloaded, or its deadline ran out inside it.
+func (p Permit) Drop() {
+	if p.l != nil {
+		p.l.bh.Release()
+		p.l.sample(-1, 0)
+	}
+}
+
+// Ignore ends a call that says nothing about the dependency (the caller
+// gave up, or the call never reached it).
+func (p Permit) Ignore() {
+	if p.l != nil {
+		p.l.bh.Release()
+	}
+}
+
+// sample adds one measurement (lat < 0: a drop) to the current window, and
+// judges the window when it is full. dl is the time the call had left
+// before its deadline when admitted (0: unknown).
+func (l *Limiter) sample(lat int64, dl int64) {
+	w := l.win.Load()
+	if lat >= 0 {
+		w.sumLat.Add(lat)
+		if lat < w.minLat.Load() {
+			casMin(&w.minLat, lat)
+		}
+		if lat > w.maxLat.Load() {
+			casMax(&w.maxLat, lat)
+		}
+		if dl > 0 && dl < w.minDl.Load() {
+			casMin(&w.minDl, dl)
+		}
+	} else {
+		w.drops.Add(1)
+	}
+	if w.events.Add(1) == w.next.Load() {
+		l.judge(w)
+	}
+}
+
+func casMin(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if v >= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+func casMax(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+// judge closes window w, which one call has just filled to w.next events:
+// unless it is younger than MinWindow (then it stays open for another
+// WindowSamples events), it is replaced by a fresh window and handed to the
+// algorithm.
+func (l *Limiter) judge(w *window) {
+	now := l.now()
+	if l.cfg.MinWindow > 0 && now-w.start < l.cfg.MinWindow {
+		// Only the call that reached next gets here, and only it moves
+		// next on.
+		w.next.Add(int64(l.cfg.WindowSamples))
+		return
+	}
+	if !l.win.CompareAndSwap(w, newWindow(now, l.cfg.WindowSamples)) {
+		return
+	}
+	s := l.bh.Snapshot()
+	cur := int(l.limit.Load())
+	out := Window{
+		Limit: cur, InFlight: s.Active, Waiting: s.Waiting,
+		Drops: int(w.drops.Load()),
+	}
+	out.Samples = int(w.events.Load()) - out.Drops
+	if out.Samples > 0 {
+		out.MinLatency = time.Duration(w.minLat.Load())
+		out.MaxLatency = time.Duration(w.maxLat.Load())
+		out.MeanLatency = time.Duration(w.sumLat.Load() / int64(out.Samples))
+	}
+	if dl := w.minDl.Load(); dl != math.MaxInt64 {
+		out.MinDeadline = time.Duration(dl)
+	}
+	l.upd.Lock()
+	next := l.alg.Update(out)
+	l.upd.Unlock()
+	n := cur
+	if !math.IsNaN(next) {
+		n = int(math.Round(min(max(next, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))))
+	}
+	l.windows.Add(1)
+	l.last.Store(&out)
+	if n == cur {
+		return
+	}
+	l.limit.Store(int64(n))
+	_ = l.bh.SetMaxConcurrent(n) // within [1, MaxConcurrentLimit]: checked by New
+	l.changes.Add(1)
+	if lis := l.cfg.Listener; lis != nil {
+		watertight.Emit(lis, watertight.Event{
+			Kind: watertight.EventLimitChanged, Source: source, Name: l.name,
+			Reason: l.alg.Name(), Delay: out.MeanLatency, Permits: n,
+		})
+	}
+}
+
+// source is the Source of the limiter's own events.
+const source = "limit"
+
+// Enter implements watertight.Policy: it acquires a permit and notes when,
+// so that Exit can measure the call.
+func (l *Limiter) Enter(ctx context.Context) (context.Context, watertight.Ticket, error) {
+	if err := l.bh.Acquire(ctx); err != nil {
+		return ctx, watertight.Ticket{}, l.translate(err)
+	}
+	now := l.now()
+	t := watertight.Ticket{Start: int64(now) + 1}
+	if dl, ok := ctx.Deadline(); ok {
+		t.Seq = uint64(max(time.Until(dl), 1))
+	}
+	return ctx, t, nil
+}
+
+// Exit implements watertight.Policy: it gives the permit back and records
+// the call: a drop if err says the dependency is overloaded or the call ran
+// out of time (watertight.IsOverloaded, a saturation further in,
+// context.DeadlineExceeded), nothing if the call says nothing about the
+// dependency (watertight.Classify's Ignored: the caller cancelled, a
+// rejection further in), and its latency otherwise.
+func (l *Limiter) Exit(ctx context.Context, t watertight.Ticket, err error) error {
+	l.bh.Release()
+	if t.Start == 0 {
+		return err
+	}
+	switch {
+	case err == nil:
+	case watertight.IsOverloaded(err) || watertight.IsSaturation(err) || errors.Is(err, context.DeadlineExceeded):
+		l.sample(-1, 0)
+		return err
+	case watertight.Classify(ctx, err) == watertight.Ignored:
+		return err
+	}
+	l.sample(int64(l.now())-(t.Start-1), int64(t.Seq))
+	return err
+}
+
+// Snapshot is a Limiter's state at one moment.
+type Snapshot struct {
+	// Name is Config.Name; Algorithm the algorithm's name.
+	Name, Algorithm string
+	// Limit is the current limit, InFlight the permits held, Waiting the
+	// callers queued.
+	Limit, InFlight, Waiting int
+	// Rejected counts the calls refused at the limit since New; Acquired
+	// the calls admitted.
+	Rejected, Acquired uint64
+	// Windows counts the windows judged, Changes those that moved the limit.
+	Windows, Changes uint64
+	// Last is the last window judged (zero before the first).
+	Last Window
+}
+
+// Snapshot returns the limiter's state. It takes no lock.
+func (l *Limiter) Snapshot() Snapshot {
+	b := l.bh.Snapshot()
+	s := Snapshot{
+		Name: l.name, Algorithm: l.alg.Name(), Limit: int(l.limit.Load()),
+		InFlight: b.Active, Waiting: b.Waiting, Rejected: b.Rejected, Acquired: b.Acquired,
+		Windows: l.windows.Load(), Changes: l.changes.Load(),
+	}
+	if w := l.last.Load(); w != nil {
+		s.Last = *w
+	}
+	return s
+}

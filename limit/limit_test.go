@@ -1,0 +1,239 @@
+package limit_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/limit"
+)
+
+// fixed is an Algorithm that returns what it is told, and records windows.
+type fixed struct {
+	mu   sync.Mutex
+	next float64
+	seen []limit.Window
+}
+
+func (f *fixed) Name() string { return "fixed" }
+func (f *fixed) Update(w limit.Window) float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seen = append(f.seen, w)
+	return f.next
+}
+
+func newLimiter(t *testing.T, cfg limit.Config) *limit.Limiter {
+	t.Helper()
+	l, err := limit.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  limit.Config
+		want string
+	}{
+		{limit.Config{MinLimit: -1}, "limit: Config.MinLimit must be >= 1"},
+		{limit.Config{MaxLimit: -1}, "limit: Config.MaxLimit must be in [1, 8388608]"},
+		{limit.Config{MaxLimit: 1 << 24}, "limit: Config.MaxLimit must be in [1, 8388608]"},
+		{limit.Config{MinLimit: 10, MaxLimit: 5}, "limit: Config.MinLimit must be <= MaxLimit (5), got 10"},
+		{limit.Config{InitialLimit: -3}, "limit: Config.InitialLimit must be >= 0"},
+		{limit.Config{WindowSamples: -1}, "limit: Config.WindowSamples must be >= 0"},
+		{limit.Config{MaxWaiters: 0, QueueOrder: 9}, "QueueOrder"},
+	} {
+		if _, err := limit.New(tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v) = %v, want an error containing %q", tc.cfg, err, tc.want)
+		}
+	}
+	l := newLimiter(t, limit.Config{})
+	if s := l.Snapshot(); s.Limit != limit.DefaultInitialLimit || s.Algorithm != "watertight" {
+		t.Errorf("zero Config: %+v", s)
+	}
+	if l := newLimiter(t, limit.Config{InitialLimit: 5000, MaxLimit: 100}); l.Limit() != 100 {
+		t.Errorf("InitialLimit above MaxLimit: %d, want 100", l.Limit())
+	}
+}
+
+// The limit admits at most Limit calls; a full limiter refuses with
+// ErrLimited, a saturation and a rejection, named.
+func TestLimitAdmits(t *testing.T) {
+	l := newLimiter(t, limit.Config{Name: "api", InitialLimit: 3, MinWindow: -1})
+	var ps []limit.Permit
+	for range 3 {
+		p, ok := l.TryAcquire()
+		if !ok {
+			t.Fatal("TryAcquire below the limit failed")
+		}
+		ps = append(ps, p)
+	}
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("TryAcquire at the limit succeeded")
+	}
+	_, err := l.Acquire(context.Background())
+	if !errors.Is(err, limit.ErrLimited) || !watertight.IsSaturation(err) || !watertight.IsRejection(err) || !strings.Contains(err.Error(), "(api)") {
+		t.Fatalf("Acquire at the limit: %v", err)
+	}
+	ps[0].Done(time.Millisecond)
+	ps[1].Drop()
+	ps[2].Ignore()
+	if s := l.Snapshot(); s.InFlight != 0 || s.Rejected != 2 || s.Acquired != 3 {
+		t.Fatalf("snapshot %+v", s)
+	}
+}
+
+// Windows close after WindowSamples calls (and MinWindow), carry what was
+// measured, and the algorithm's answer, clamped, becomes the limit: the
+// bulkhead inside admits that many.
+func TestWindows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		alg := &fixed{next: 7}
+		var events []watertight.Event
+		var mu sync.Mutex
+		l := newLimiter(t, limit.Config{
+			InitialLimit: 4, MaxLimit: 6, WindowSamples: 4, MinWindow: time.Second,
+			Algorithm: func() limit.Algorithm { return alg },
+			Listener: watertight.ListenerFunc(func(ev watertight.Event) {
+				if ev.Kind == watertight.EventLimitChanged {
+					mu.Lock()
+					events = append(events, ev)
+					mu.Unlock()
+				}
+			}),
+		})
+		do := func(lat time.Duration) {
+			p, err := l.Acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lat < 0 {
+				p.Drop()
+				return
+			}
+			p.Done(lat)
+		}
+		do(10 * time.Millisecond)
+		do(30 * time.Millisecond)
+		do(-1)
+		do(20 * time.Millisecond)
+		if len(alg.seen) != 0 {
+			t.Fatalf("a window younger than MinWindow was judged: %+v", alg.seen)
+		}
+		time.Sleep(time.Second)
+		for range 4 {
+			do(40 * time.Millisecond)
+		}
+		if len(alg.seen) != 1 {
+			t.Fatalf("windows judged: %d, want 1", len(alg.seen))
+		}
+		w := alg.seen[0]
+		want := limit.Window{Limit: 4, Samples: 7, Drops: 1, MinLatency: 10 * time.Millisecond, MaxLatency: 40 * time.Millisecond, MeanLatency: 220 * time.Millisecond / 7}
+		if w != want {
+			t.Fatalf("window\n got %+v\nwant %+v", w, want)
+		}
+		if l.Limit() != 6 {
+			t.Fatalf("limit %d, want 6 (7 clamped to MaxLimit)", l.Limit())
+		}
+		var held []limit.Permit
+		for range 6 {
+			p, ok := l.TryAcquire()
+			if !ok {
+				t.Fatalf("the bulkhead admits %d, want 6", len(held))
+			}
+			held = append(held, p)
+		}
+		if _, ok := l.TryAcquire(); ok {
+			t.Fatal("a 7th permit")
+		}
+		for _, p := range held {
+			p.Ignore()
+		}
+		if len(events) != 1 || events[0].Permits != 6 || events[0].Reason != "fixed" || events[0].Source != "limit" {
+			t.Fatalf("events %+v", events)
+		}
+		if s := l.Snapshot(); s.Windows != 1 || s.Changes != 1 || s.Last != want {
+			t.Fatalf("snapshot %+v", s)
+		}
+	})
+}
+
+// As a Policy, the limiter measures each call itself (on the clock it is
+// given), counts a timeout or an overload answer as a drop, and says
+// nothing for a call the caller cancelled.
+func TestPolicy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		alg := &fixed{next: 10}
+		l := newLimiter(t, limit.Config{WindowSamples: 3, MinWindow: -1, Algorithm: func() limit.Algorithm { return alg }})
+		p := watertight.MustNew(l)
+		call := func(d time.Duration, err error) {
+			_, _ = watertight.Do(context.Background(), p, func(context.Context) (int, error) {
+				time.Sleep(d)
+				return 0, err
+			})
+		}
+		call(5*time.Millisecond, nil)
+		call(time.Millisecond, context.Canceled) // ignored
+		call(15*time.Millisecond, errors.New("404"))
+		call(time.Millisecond, context.DeadlineExceeded) // a drop
+		if len(alg.seen) != 1 {
+			t.Fatalf("windows %d", len(alg.seen))
+		}
+		if w := alg.seen[0]; w.Samples != 2 || w.Drops != 1 || w.MinLatency != 5*time.Millisecond || w.MaxLatency != 15*time.Millisecond {
+			t.Fatalf("window %+v", w)
+		}
+	})
+}
+
+// No permit is lost under many goroutines with cancellations, and in-flight
+// never exceeds the limit at admission.
+func TestHammer(t *testing.T) {
+	l := newLimiter(t, limit.Config{InitialLimit: 8, MinLimit: 4, MaxLimit: 16, WindowSamples: 50, MinWindow: -1, MaxWait: -1})
+	var inflight, over atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 300 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if (g+i)%7 == 0 {
+					cancel()
+				}
+				p, err := l.Acquire(ctx)
+				cancel()
+				if err != nil {
+					continue
+				}
+				if n := inflight.Add(1); n > 16 {
+					over.Add(1)
+				}
+				inflight.Add(-1)
+				switch i % 3 {
+				case 0:
+					p.Done(time.Duration(i) * time.Microsecond)
+				case 1:
+					p.Drop()
+				default:
+					p.Ignore()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s := l.Snapshot()
+	if s.InFlight != 0 || s.Waiting != 0 || over.Load() != 0 {
+		t.Fatalf("after the hammer: %+v, %d admissions above MaxLimit", s, over.Load())
+	}
+	if s.Limit < 4 || s.Limit > 16 {
+		t.Fatalf("limit %d outside [4, 16]", s.Limit)
+	}
+}
