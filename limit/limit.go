@@ -149,17 +149,17 @@ type Limiter struct {
 // for a fresh one by the call that fills it; late adds to the old one are
 // lost, which a statistic can afford.
 type window struct {
-	_       [64]byte
-	events  atomic.Int64 // samples + drops
-	drops   atomic.Int64
-	sumLat  atomic.Int64
-	minLat  atomic.Int64
-	maxLat  atomic.Int64
-	minDl   atomic.Int64
-	_       [16]byte // next and start on a line of their own
-	next    atomic.Int64  // events at which to judge it (again)
-	start   time.Duration // the clock when the window began
-	_       [64]byte
+	_      [64]byte
+	events atomic.Int64 // samples + drops
+	drops  atomic.Int64
+	sumLat atomic.Int64
+	minLat atomic.Int64
+	maxLat atomic.Int64
+	minDl  atomic.Int64
+	_      [16]byte      // next and start on a line of their own
+	next   atomic.Int64  // events at which to judge it (again)
+	start  time.Duration // the clock when the window began
+	_      [64]byte
 }
 
 func newWindow(start time.Duration, samples int) *window {
