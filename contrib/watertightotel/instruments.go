@@ -28,6 +28,9 @@ type instruments struct {
 	hedgeCalls, hedgeNotIdempotent, hedgeHedgedCalls, hedgeSent, hedgeWon, hedgeSuppressed metric.Int64Observable
 	hedgeDelay                                                                             metric.Float64Observable
 	hedgeOverloaded                                                                        metric.Int64Observable
+
+	limiterLimit, limiterInFlight, limiterWaiting, limiterRejections, limiterAcquisitions, limiterChanges, limiterDrops metric.Int64Observable
+	limiterLatency                                                                                                      metric.Float64Observable
 }
 
 func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
@@ -107,5 +110,13 @@ func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
 	in.shed = counter("watertight.shed", "{request}", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, client_limit, client_overflow, deadline, other (events).")
 	in.fallbackUsed = counter("watertight.fallback.used", "{call}", "Calls a fallback answered instead of the primary (events).")
 	in.badInput = counter("watertight.bad_input", "{value}", "Values clients sent (headers) that were malformed or out of range and were ignored or clamped, by header and reason: malformed, absurd, unknown_criticality, other (events).")
+	in.limiterLimit = updown("watertight.limiter.limit", "{permit}", "Current concurrency limit of an adaptive limiter.")
+	in.limiterInFlight = updown("watertight.limiter.in_flight", "{call}", "Calls holding a permit of an adaptive limiter.")
+	in.limiterWaiting = updown("watertight.limiter.waiting", "{call}", "Callers waiting for a permit of an adaptive limiter.")
+	in.limiterRejections = counter("watertight.limiter.rejections", "{call}", "Calls an adaptive limiter refused at its limit.")
+	in.limiterAcquisitions = counter("watertight.limiter.acquisitions", "{call}", "Calls an adaptive limiter admitted.")
+	in.limiterChanges = counter("watertight.limiter.changes", "{change}", "Windows after which an adaptive limiter moved its limit.")
+	in.limiterLatency = fgauge("watertight.limiter.window.latency", "s", "Latency of the calls of an adaptive limiter's last window: its min, mean and max (stat).")
+	in.limiterDrops = gauge("watertight.limiter.window.drops", "{call}", "Calls dropped (timeouts, overload answers) in an adaptive limiter's last window.")
 	return all, errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
@@ -17,6 +18,7 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/internal/eventcount"
 	"github.com/watertight-go/watertight/internal/sources"
 )
@@ -237,6 +239,15 @@ func (m *Metrics) AddHedge(p *hedge.Policy) (remove func()) {
 	return m.sources.Add(sources.Hedge, &sources.Source{Name: p.Snapshot().Name, Hedge: p})
 }
 
+// AddLimiter watches the adaptive limiter l under its name (Config.Name). It
+// returns a function that stops watching it. A nil l is ignored.
+func (m *Metrics) AddLimiter(l *limit.Limiter) (remove func()) {
+	if l == nil {
+		return noop
+	}
+	return m.sources.Add(sources.Limiter, &sources.Source{Name: l.Name(), Limiter: l})
+}
+
 // observe is the callback: it reads every source and the event counts.
 func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 	for _, s := range m.sources.List() {
@@ -268,6 +279,29 @@ func (m *Metrics) observeSource(o metric.Observer, s *sources.Source) {
 		m.observeThrottler(o, s.Name, s.Throttler.Snapshot())
 	case s.Hedge != nil:
 		m.observeHedge(o, s.Name, s.Hedge.Snapshot())
+	case s.Limiter != nil:
+		m.observeLimiter(o, s.Name, s.Limiter.Snapshot())
+	}
+}
+
+var attrStat = attribute.Key("stat")
+
+func (m *Metrics) observeLimiter(o metric.Observer, name string, s limit.Snapshot) {
+	name = validUTF8(name)
+	in := &m.inst
+	n := metric.WithAttributeSet(attribute.NewSet(AttrName.String(name)))
+	o.ObserveInt64(in.limiterLimit, int64(s.Limit), n)
+	o.ObserveInt64(in.limiterInFlight, int64(s.InFlight), n)
+	o.ObserveInt64(in.limiterWaiting, int64(s.Waiting), n)
+	o.ObserveInt64(in.limiterRejections, count(s.Rejected), n)
+	o.ObserveInt64(in.limiterAcquisitions, count(s.Acquired), n)
+	o.ObserveInt64(in.limiterChanges, count(s.Changes), n)
+	o.ObserveInt64(in.limiterDrops, int64(s.Last.Drops), n)
+	for _, st := range []struct {
+		stat string
+		d    time.Duration
+	}{{"min", s.Last.MinLatency}, {"mean", s.Last.MeanLatency}, {"max", s.Last.MaxLatency}} {
+		o.ObserveFloat64(in.limiterLatency, st.d.Seconds(), metric.WithAttributeSet(attribute.NewSet(AttrName.String(name), attrStat.String(st.stat))))
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/watertight-go/watertight/circuit"
 	watertightotel "github.com/watertight-go/watertight/contrib/watertightotel"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/retry"
 )
 
@@ -122,6 +123,8 @@ func everySignal(t *testing.T) *harness {
 	m.AddThrottler("payments", th)
 	hp, _ := hedge.New(hedge.Config{Name: "search", Delay: time.Millisecond})
 	m.AddHedge(hp)
+	lim, _ := limit.New(limit.Config{Name: "api"})
+	m.AddLimiter(lim)
 	for _, e := range []watertight.Event{
 		{Kind: watertight.EventRetryScheduled, Source: "retry", Name: "payments"},
 		{Kind: watertight.EventRetryExhausted, Source: "retry", Name: "payments"},

@@ -12,6 +12,7 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/internal/eventcount"
 	"github.com/watertight-go/watertight/internal/sources"
 )
@@ -198,6 +199,15 @@ func (c *Collector) AddHedge(p *hedge.Policy) (remove func()) {
 	return c.sources.Add(sources.Hedge, &sources.Source{Name: p.Snapshot().Name, Hedge: p})
 }
 
+// AddLimiter watches the adaptive limiter l under its name (Config.Name).
+// It returns a function that stops watching it. A nil l is ignored.
+func (c *Collector) AddLimiter(l *limit.Limiter) (remove func()) {
+	if l == nil {
+		return noop
+	}
+	return c.sources.Add(sources.Limiter, &sources.Source{Name: l.Name(), Limiter: l})
+}
+
 // Describe implements prometheus.Collector. The Collector's metrics and
 // their labels are fixed, whatever sources it watches, so it describes them
 // all.
@@ -240,7 +250,23 @@ func (c *Collector) collectSource(ch chan<- prometheus.Metric, s *sources.Source
 		c.collectThrottler(ch, s.Name, s.Throttler.Snapshot())
 	case s.Hedge != nil:
 		c.collectHedge(ch, s.Name, s.Hedge.Snapshot())
+	case s.Limiter != nil:
+		c.collectLimiter(ch, s.Name, s.Limiter.Snapshot())
 	}
+}
+
+func (c *Collector) collectLimiter(ch chan<- prometheus.Metric, name string, s limit.Snapshot) {
+	d := &c.d
+	gauge(ch, d.limiterLimit, float64(s.Limit), name)
+	gauge(ch, d.limiterInFlight, float64(s.InFlight), name)
+	gauge(ch, d.limiterWaiting, float64(s.Waiting), name)
+	counter(ch, d.limiterRejected, float64(s.Rejected), name)
+	counter(ch, d.limiterAcquired, float64(s.Acquired), name)
+	counter(ch, d.limiterChanges, float64(s.Changes), name)
+	gauge(ch, d.limiterLatency, s.Last.MinLatency.Seconds(), name, "min")
+	gauge(ch, d.limiterLatency, s.Last.MeanLatency.Seconds(), name, "mean")
+	gauge(ch, d.limiterLatency, s.Last.MaxLatency.Seconds(), name, "max")
+	gauge(ch, d.limiterDrops, float64(s.Last.Drops), name)
 }
 
 var circuitStates = [...]circuit.State{circuit.Closed, circuit.Open, circuit.HalfOpen, circuit.ForcedOpen, circuit.Disabled, circuit.MetricsOnly}

@@ -22,6 +22,7 @@ import (
 	"github.com/watertight-go/watertight/circuit"
 	watertightprom "github.com/watertight-go/watertight/contrib/watertightprom"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/limit"
 )
 
 var errBoom = errors.New("boom")
@@ -584,4 +585,28 @@ func TestConcurrentScrapes(t *testing.T) {
 	if total != workers*n {
 		t.Errorf("retry_scheduled_total adds up to %v, want %d", total, workers*n)
 	}
+}
+
+// A limiter's gauges follow its snapshot: the limit, what is held, and the
+// last window the algorithm judged.
+func TestLimiter(t *testing.T) {
+	c := newCollector(t, watertightprom.Config{})
+	l, err := limit.New(limit.Config{Name: "api", InitialLimit: 2, MinLimit: 2, MaxLimit: 2, WindowSamples: 2, MinWindow: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddLimiter(l)
+	p1, _ := l.TryAcquire()
+	p1.Done(2 * time.Millisecond)
+	p2, _ := l.TryAcquire()
+	p2.Drop()
+	held, _ := l.TryAcquire()
+	defer held.Ignore()
+	want(t, scrape(t, c), map[string]float64{
+		`watertight_limiter_limit{name="api"}`:                             2,
+		`watertight_limiter_in_flight{name="api"}`:                         1,
+		`watertight_limiter_acquired_total{name="api"}`:                    3,
+		`watertight_limiter_window_drops{name="api"}`:                      1,
+		`watertight_limiter_window_latency_seconds{name="api",stat="min"}`: 0.002,
+	})
 }

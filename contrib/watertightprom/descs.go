@@ -25,6 +25,9 @@ type descs struct {
 	hedgeCalls, hedgeNotIdempotent, hedgeHedgedCalls, hedgeSent, hedgeWon *prometheus.Desc
 	hedgeSuppressed, hedgeDelay, hedgeOverloaded                          *prometheus.Desc
 
+	limiterLimit, limiterInFlight, limiterWaiting, limiterRejected, limiterAcquired *prometheus.Desc
+	limiterChanges, limiterLatency, limiterDrops                                     *prometheus.Desc
+
 	list []*prometheus.Desc
 }
 
@@ -60,6 +63,14 @@ func (d *descs) init(constLabels prometheus.Labels) error {
 	d.bulkheadRejected = nd("watertight_bulkhead_rejected_total", "Calls refused because the bulkhead was full (semaphore), or tasks refused because the queue was full or the pool closed (pool).", nkk...)
 	d.bulkheadAcquired = nd("watertight_bulkhead_acquired_total", "Acquisitions of a semaphore bulkhead: calls that took permits (an AcquireN counts once).", nk...)
 	d.bulkheadCanceled = nd("watertight_bulkhead_canceled_total", "Waits for a semaphore bulkhead's permit that ended because the caller's context did.", nk...)
+	d.limiterLimit = nd("watertight_limiter_limit", "Current concurrency limit of an adaptive limiter.", n...)
+	d.limiterInFlight = nd("watertight_limiter_in_flight", "Calls holding a permit of an adaptive limiter.", n...)
+	d.limiterWaiting = nd("watertight_limiter_waiting", "Callers waiting for a permit of an adaptive limiter.", n...)
+	d.limiterRejected = nd("watertight_limiter_rejected_total", "Calls an adaptive limiter refused at its limit.", n...)
+	d.limiterAcquired = nd("watertight_limiter_acquired_total", "Calls an adaptive limiter admitted.", n...)
+	d.limiterChanges = nd("watertight_limiter_changes_total", "Windows after which an adaptive limiter moved its limit.", n...)
+	d.limiterLatency = nd("watertight_limiter_window_latency_seconds", "Latency of the calls of an adaptive limiter's last window: its min, mean and max (stat).", "name", "stat")
+	d.limiterDrops = nd("watertight_limiter_window_drops", "Calls dropped (timeouts, overload answers) in an adaptive limiter's last window.", n...)
 	d.poolQueueCapacity = nd("watertight_bulkhead_pool_queue_capacity", "Queue size of a worker pool.", n...)
 	d.poolDropped = nd("watertight_bulkhead_pool_dropped_total", "Accepted pool tasks dropped without running (context done, queue wait exceeded, shut down).", n...)
 	d.poolCompleted = nd("watertight_bulkhead_pool_completed_total", "Pool tasks that ran to their end, panics included.", n...)

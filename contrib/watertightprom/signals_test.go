@@ -20,6 +20,7 @@ import (
 	"github.com/watertight-go/watertight/circuit"
 	watertightprom "github.com/watertight-go/watertight/contrib/watertightprom"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/retry"
 )
 
@@ -119,6 +120,8 @@ func everySignal(t *testing.T) *watertightprom.Collector {
 	c.AddThrottler("payments", th)
 	hp, _ := hedge.New(hedge.Config{Name: "search", Delay: time.Millisecond})
 	c.AddHedge(hp)
+	lim, _ := limit.New(limit.Config{Name: "api"})
+	c.AddLimiter(lim)
 	for _, e := range []watertight.Event{
 		{Kind: watertight.EventRetryScheduled, Source: "retry", Name: "payments"},
 		{Kind: watertight.EventRetryExhausted, Source: "retry", Name: "payments"},

@@ -1,6 +1,7 @@
 // Package sources is the set of primitives a metrics adapter watches
 // (contrib/watertightprom, contrib/watertightotel): breakers, bulkheads, pools, budgets,
-// throttlers and hedge policies, each under a name, read at collection time.
+// throttlers, hedge policies and adaptive limiters, each under a name, read at
+// collection time.
 package sources
 
 import (
@@ -10,6 +11,7 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/limit"
 )
 
 // Family is the kind of a Source; a name is unique within a family.
@@ -23,6 +25,7 @@ const (
 	Budget
 	Throttler
 	Hedge
+	Limiter
 )
 
 // Source is one watched thing: exactly one of its pointers is set.
@@ -36,6 +39,7 @@ type Source struct {
 	Budget    *budget.Budget
 	Throttler *budget.Throttler
 	Hedge     *hedge.Policy
+	Limiter   *limit.Limiter
 }
 
 type id struct {
