@@ -18,9 +18,9 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
-	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/internal/eventcount"
 	"github.com/watertight-go/watertight/internal/sources"
+	"github.com/watertight-go/watertight/limit"
 )
 
 // ScopeName is the instrumentation scope of the Meter that New takes from

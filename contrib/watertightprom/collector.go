@@ -12,9 +12,9 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
-	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/internal/eventcount"
 	"github.com/watertight-go/watertight/internal/sources"
+	"github.com/watertight-go/watertight/limit"
 )
 
 // DefaultBuckets are the upper bounds, in seconds, of the call duration

@@ -26,7 +26,7 @@ type descs struct {
 	hedgeSuppressed, hedgeDelay, hedgeOverloaded                          *prometheus.Desc
 
 	limiterLimit, limiterInFlight, limiterWaiting, limiterRejected, limiterAcquired *prometheus.Desc
-	limiterChanges, limiterLatency, limiterDrops                                     *prometheus.Desc
+	limiterChanges, limiterLatency, limiterDrops                                    *prometheus.Desc
 
 	list []*prometheus.Desc
 }
