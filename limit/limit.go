@@ -131,8 +131,9 @@ func (c Config) resolve() (Config, error) {
 // and the clock is not read, except once per window and by Enter and Exit.
 type Limiter struct {
 	name  string
-	cfg   Config
-	alg   Algorithm
+	cfg   Config // as New resolved it: Clock and Listener are read from here
+	set   atomic.Pointer[settings]
+	alg   atomic.Pointer[Algorithm]
 	bh    *bulkhead.Bulkhead
 	epoch time.Time
 	limit atomic.Int64
@@ -184,10 +185,13 @@ func New(cfg Config) (*Limiter, error) {
 		// The bulkhead's rules are the limiter's: say them in its name.
 		return nil, errors.New("limit: " + strings.TrimPrefix(err.Error(), "bulkhead: "))
 	}
-	l := &Limiter{name: c.Name, cfg: c, alg: c.Algorithm(), bh: bh, epoch: time.Now()}
-	if l.alg == nil {
+	alg := c.Algorithm()
+	if alg == nil {
 		return nil, errors.New("limit: Config.Algorithm returned nil")
 	}
+	l := &Limiter{name: c.Name, cfg: c, bh: bh, epoch: time.Now()}
+	l.alg.Store(&alg)
+	l.set.Store(&settings{MinLimit: c.MinLimit, MaxLimit: c.MaxLimit, WindowSamples: c.WindowSamples, MinWindow: c.MinWindow})
 	l.errLim = ErrLimited
 	if c.Name != "" {
 		l.errLim = &namedError{name: c.Name, err: ErrLimited}
@@ -326,13 +330,14 @@ func casMax(a *atomic.Int64, v int64) {
 // algorithm.
 func (l *Limiter) judge(w *window) {
 	now := l.now()
-	if l.cfg.MinWindow > 0 && now-w.start < l.cfg.MinWindow {
+	set := l.set.Load()
+	if set.MinWindow > 0 && now-w.start < set.MinWindow {
 		// Only the call that reached next gets here, and only it moves
 		// next on.
-		w.next.Add(int64(l.cfg.WindowSamples))
+		w.next.Add(int64(set.WindowSamples))
 		return
 	}
-	if !l.win.CompareAndSwap(w, newWindow(now, l.cfg.WindowSamples)) {
+	if !l.win.CompareAndSwap(w, newWindow(now, set.WindowSamples)) {
 		return
 	}
 	s := l.bh.Snapshot()
@@ -351,26 +356,76 @@ func (l *Limiter) judge(w *window) {
 		out.MinDeadline = time.Duration(dl)
 	}
 	l.upd.Lock()
-	next := l.alg.Update(out)
-	l.upd.Unlock()
+	alg := *l.alg.Load()
+	next := alg.Update(out)
+	set = l.set.Load() // Reconfigure may have moved the bounds meanwhile
 	n := cur
 	if !math.IsNaN(next) {
-		n = int(math.Round(min(max(next, float64(l.cfg.MinLimit)), float64(l.cfg.MaxLimit))))
+		n = int(math.Round(min(max(next, float64(set.MinLimit)), float64(set.MaxLimit))))
 	}
 	l.windows.Add(1)
 	l.last.Store(&out)
-	if n == cur {
-		return
+	changed := n != int(l.limit.Load())
+	if changed {
+		l.limit.Store(int64(n))
+		_ = l.bh.SetMaxConcurrent(n) // within [1, MaxConcurrentLimit]: checked by New
+		l.changes.Add(1)
 	}
-	l.limit.Store(int64(n))
-	_ = l.bh.SetMaxConcurrent(n) // within [1, MaxConcurrentLimit]: checked by New
-	l.changes.Add(1)
-	if lis := l.cfg.Listener; lis != nil {
+	l.upd.Unlock()
+	if lis := l.cfg.Listener; changed && lis != nil {
 		watertight.Emit(lis, watertight.Event{
 			Kind: watertight.EventLimitChanged, Source: source, Name: l.name,
-			Reason: l.alg.Name(), Delay: out.MeanLatency, Permits: n,
+			Reason: alg.Name(), Delay: out.MeanLatency, Permits: n,
 		})
 	}
+}
+
+// Reconfigure applies cfg to the limiter while it is in use, keeping the
+// permits in flight and the waiters: cfg is validated as New does (an
+// invalid one is an error naming the field, and changes nothing); the
+// bounds apply at once (the current limit is moved inside them), MaxWait
+// and MaxWaiters as the bulkhead's Reconfigure applies them, the window
+// settings from the next window. A non-nil cfg.Algorithm replaces the
+// algorithm, whose state starts anew from the current limit; a nil one keeps
+// the algorithm and its state (unlike New, where nil means NewDefault).
+// Name, InitialLimit, QueueOrder, Clock and Listener are fixed by New.
+func (l *Limiter) Reconfigure(cfg Config) error {
+	keep := cfg.Algorithm == nil
+	c, err := cfg.resolve()
+	if err != nil {
+		return err
+	}
+	var alg Algorithm
+	if !keep {
+		if alg = c.Algorithm(); alg == nil {
+			return errors.New("limit: Config.Algorithm returned nil")
+		}
+	}
+	l.upd.Lock()
+	defer l.upd.Unlock()
+	cur := int(l.limit.Load())
+	n := min(max(cur, c.MinLimit), c.MaxLimit)
+	// Name, QueueOrder and Listener are ignored by the bulkhead's
+	// Reconfigure, as they are here.
+	if err := l.bh.Reconfigure(bulkhead.Config{MaxConcurrent: n, MaxWait: c.MaxWait, MaxWaiters: c.MaxWaiters}); err != nil {
+		return errors.New("limit: " + strings.TrimPrefix(err.Error(), "bulkhead: "))
+	}
+	if alg != nil {
+		l.alg.Store(&alg)
+	}
+	l.set.Store(&settings{MinLimit: c.MinLimit, MaxLimit: c.MaxLimit, WindowSamples: c.WindowSamples, MinWindow: c.MinWindow})
+	if n != cur {
+		l.limit.Store(int64(n))
+		l.changes.Add(1)
+	}
+	return nil
+}
+
+// settings are what Reconfigure may change.
+type settings struct {
+	MinLimit, MaxLimit int
+	WindowSamples      int
+	MinWindow          time.Duration
 }
 
 // source is the Source of the limiter's own events.
@@ -433,7 +488,7 @@ type Snapshot struct {
 func (l *Limiter) Snapshot() Snapshot {
 	b := l.bh.Snapshot()
 	s := Snapshot{
-		Name: l.name, Algorithm: l.alg.Name(), Limit: int(l.limit.Load()),
+		Name: l.name, Algorithm: (*l.alg.Load()).Name(), Limit: int(l.limit.Load()),
 		InFlight: b.Active, Waiting: b.Waiting, Rejected: b.Rejected, Acquired: b.Acquired,
 		Windows: l.windows.Load(), Changes: l.changes.Load(),
 	}

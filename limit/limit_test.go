@@ -237,3 +237,38 @@ func TestHammer(t *testing.T) {
 		t.Fatalf("limit %d outside [4, 16]", s.Limit)
 	}
 }
+
+// Reconfigure keeps the permits in flight and the algorithm (unless given a
+// new one), moves the limit inside new bounds at once, and refuses a bad
+// configuration whole.
+func TestReconfigure(t *testing.T) {
+	alg := &fixed{next: 50}
+	l := newLimiter(t, limit.Config{InitialLimit: 10, MaxLimit: 100, WindowSamples: 2, MinWindow: -1, Algorithm: func() limit.Algorithm { return alg }})
+	held, _ := l.TryAcquire()
+	if err := l.Reconfigure(limit.Config{MinLimit: 1, MaxLimit: 4, WindowSamples: 2, MinWindow: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Snapshot(); s.Limit != 4 || s.InFlight != 1 || s.Algorithm != "fixed" {
+		t.Fatalf("after lowering MaxLimit: %+v", s)
+	}
+	for range 2 {
+		p, _ := l.TryAcquire()
+		p.Done(time.Millisecond)
+	}
+	if l.Limit() != 4 || len(alg.seen) != 1 {
+		t.Fatalf("the kept algorithm's 50 clamped to the new MaxLimit: %d (windows %d)", l.Limit(), len(alg.seen))
+	}
+	if err := l.Reconfigure(limit.Config{MinLimit: 9, MaxLimit: 3}); err == nil || !strings.Contains(err.Error(), "MinLimit must be <= MaxLimit") {
+		t.Fatalf("bad config: %v", err)
+	}
+	if l.Limit() != 4 {
+		t.Fatalf("a refused Reconfigure changed the limit: %d", l.Limit())
+	}
+	if err := l.Reconfigure(limit.Config{MaxLimit: 8, Algorithm: func() limit.Algorithm { return limit.NewDefault(limit.DefaultOptions{}) }}); err != nil {
+		t.Fatal(err)
+	}
+	if s := l.Snapshot(); s.Algorithm != "watertight" || s.Limit != 4 || s.InFlight != 1 {
+		t.Fatalf("a new algorithm: %+v", s)
+	}
+	held.Ignore()
+}
