@@ -20,6 +20,7 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/retry"
 	"github.com/watertight-go/watertight/timeout"
 )
@@ -50,6 +51,8 @@ type File struct {
 	Timeouts map[string]Timeout
 	// Hedges are the hedging policies (section hedges:).
 	Hedges map[string]Hedge
+	// Limiters are the adaptive concurrency limiters (section limiters:).
+	Limiters map[string]Limiter
 }
 
 // Breaker is a named circuit breaker of a File.
@@ -104,6 +107,17 @@ type ConcurrencyBudget struct {
 	// Config is the budget's configuration, defaults filled in.
 	Config budget.ConcurrencyConfig
 	src    source
+}
+
+// Limiter is a named adaptive concurrency limiter of a File.
+type Limiter struct {
+	// Config is the limiter's configuration, defaults filled in; its
+	// Algorithm is nil: the field below names it.
+	Config limit.Config
+	// Algorithm names the limiter's algorithm: "watertight" (the
+	// default), "aimd", "vegas" or "gradient2", each with its defaults.
+	Algorithm string
+	src       source
 }
 
 // Timeout is a named timeout of a File.
@@ -227,6 +241,72 @@ var hedgeFields = []field[Hedge]{
 }
 
 var kwHedges = map[string]int{"off": -1}
+
+// algorithms are the limiter algorithms a file can name, with their
+// defaults.
+var algorithms = map[string]func() limit.Algorithm{
+	"watertight": func() limit.Algorithm { return limit.NewDefault(limit.DefaultOptions{}) },
+}
+
+// algorithmNames lists the algorithms, the default first.
+func algorithmNames() []string {
+	names := []string{"watertight"}
+	for _, n := range sortedKeys(algorithms) {
+		if n != "watertight" {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+var limiterFields = []field[Limiter]{
+	{key: "algorithm", set: func(n *yaml.Node, l *Limiter) string {
+		names := algorithmNames()
+		s := deref(n)
+		if s == nil || s.Kind != yaml.ScalarNode || algorithms[s.Value] == nil {
+			return "must be one of " + strings.Join(names, ", ") + ", got " + describe(n)
+		}
+		l.Algorithm = s.Value
+		return ""
+	}},
+	intField("initial_limit", 1, bulkhead.MaxConcurrentLimit, nil, func(l *Limiter) *int { return &l.Config.InitialLimit }),
+	intField("min_limit", 1, bulkhead.MaxConcurrentLimit, nil, func(l *Limiter) *int { return &l.Config.MinLimit }),
+	intField("max_limit", 1, bulkhead.MaxConcurrentLimit, nil, func(l *Limiter) *int { return &l.Config.MaxLimit }),
+	durField("max_wait", 0, kwUnlimited, func(l *Limiter) *time.Duration { return &l.Config.MaxWait }),
+	intField("max_waiters", 1, maxInt, kwKeys, func(l *Limiter) *int { return &l.Config.MaxWaiters }),
+	enumField("queue_order", queueOrders, func(l *Limiter, i int) { l.Config.QueueOrder = bulkhead.QueueOrder(i) }),
+	intField("window_samples", 1, maxInt, nil, func(l *Limiter) *int { return &l.Config.WindowSamples }),
+	durField("min_window", 1, kwTimeout, func(l *Limiter) *time.Duration { return &l.Config.MinWindow }),
+}
+
+var limiterKind = kind[Limiter]{
+	name:   "limiters",
+	fields: limiterFields,
+	init: func() Limiter {
+		return Limiter{Algorithm: "watertight", Config: limit.Config{
+			InitialLimit: limit.DefaultInitialLimit, MinLimit: limit.DefaultMinLimit, MaxLimit: limit.DefaultMaxLimit,
+			WindowSamples: limit.DefaultWindowSamples, MinWindow: limit.DefaultMinWindow,
+		}}
+	},
+	finish: func(l *Limiter, name string) { l.Config.Name = name },
+	check: func(l *Limiter, src source) []problem {
+		var ps []problem
+		c := l.Config
+		if c.MaxWait == 0 {
+			for _, k := range []string{"max_waiters", "queue_order"} {
+				ps = appendUnused(ps, src, k, "max_wait", "has no effect with max_wait: 0s (nobody waits)")
+			}
+		}
+		if c.InitialLimit < c.MinLimit || c.InitialLimit > c.MaxLimit {
+			ps = append(ps, problem{key: "initial_limit", msg: fmt.Sprintf("must be in [min_limit, max_limit] ([%d, %d]), got %d", c.MinLimit, c.MaxLimit, c.InitialLimit)})
+		}
+		if _, err := limit.New(c); err != nil {
+			ps = append(ps, packageProblem(err, "", limiterFields, src))
+		}
+		return ps
+	},
+	src: func(l *Limiter) *source { return &l.src },
+}
 
 // percentileField reads the hedge percentile: a rate in [0, 1), or off
 // (0: a fixed delay).
@@ -583,7 +663,7 @@ func decodeKind[T any](d *decoder, k kind[T], defaults *yaml.Node, section *yaml
 }
 
 // sections are the top-level keys, in the order a resolved file is written.
-var sections = []string{"breakers", "bulkheads", "retries", "budgets", "concurrency_budgets", "timeouts", "hedges"}
+var sections = []string{"breakers", "bulkheads", "retries", "budgets", "concurrency_budgets", "timeouts", "hedges", "limiters"}
 
 // Load reads and validates the configuration file at path. YAML and JSON
 // are both accepted (JSON is YAML). When the file is invalid, the error is
@@ -749,6 +829,7 @@ func (d *decoder) readFile(root *yaml.Node) *File {
 	var hbase Hedge
 	var hsrc source
 	f.Hedges, hbase, hsrc = decodeKind(d, hedgeKind, defs["hedges"], top["hedges"])
+	f.Limiters, _, _ = decodeKind(d, limiterKind, defs["limiters"], top["limiters"])
 
 	// Cross-references: each name a retry or hedging policy gives must be
 	// in its section. Names from the defaults are checked once, there.

@@ -373,7 +373,7 @@ func TestErrors(t *testing.T) {
 			"test.yaml:4: defaults: must be a mapping of keys to values, got 3",
 		}},
 		{"not a mapping at the top", "- breakers\n", []string{
-			"test.yaml:1: the file must be a mapping with the sections defaults, breakers, bulkheads, retries, budgets, concurrency_budgets, timeouts, hedges; got a list",
+			"test.yaml:1: the file must be a mapping with the sections defaults, breakers, bulkheads, retries, budgets, concurrency_budgets, timeouts, hedges, limiters; got a list",
 		}},
 		{"hedges", yamlLines(
 			"hedges:",

@@ -15,6 +15,7 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/hedge"
+	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/retry"
 	"github.com/watertight-go/watertight/timeout"
 )
@@ -59,6 +60,9 @@ type Options struct {
 	// configuration before it is built, Budget, Breaker and Bulkhead
 	// already set (see Breaker).
 	Hedge func(name string, c *hedge.Config)
+	// Limiter, if not nil, is called with each limiter's configuration
+	// before it is built, Algorithm already set (see Breaker).
+	Limiter func(name string, c *limit.Config)
 }
 
 // Registry holds the instances a File describes, built and ready, by name:
@@ -96,6 +100,7 @@ type state struct {
 	conc      map[string]*concurrencyEntry
 	timeouts  map[string]*timeoutEntry
 	hedges    map[string]*hedgeEntry
+	limiters  map[string]*limiterEntry
 }
 
 type breakerEntry struct {
@@ -192,6 +197,11 @@ type hedgeEntry struct {
 	bud *budget.Budget
 	br  *circuit.Breaker
 	bh  *bulkhead.Bulkhead
+}
+
+type limiterEntry struct {
+	spec Limiter
+	l    *limit.Limiter
 }
 
 type timeoutEntry struct {
@@ -452,7 +462,63 @@ func (r *Registry) build(old *state, f *File) (_ *state, _ Changes, apply []func
 	if err != nil {
 		return nil, ch, nil, err
 	}
+	st.limiters, err = reuse(old.limiters, f.Limiters, "limiters", &ch,
+		func(o *limiterEntry, s Limiter) bool {
+			return o.spec.Algorithm == s.Algorithm && reflect.DeepEqual(o.spec.Config, s.Config)
+		},
+		func(name string, o *limiterEntry, s Limiter) (*limiterEntry, error) {
+			if s.Config.QueueOrder != o.spec.Config.QueueOrder {
+				return nil, fmt.Errorf("config: limiters.%s.queue_order: cannot change from %v to %v on a reload (the limiter is reconfigured in place, keeping its waiters); restart the process to change it", name, o.spec.Config.QueueOrder, s.Config.QueueOrder)
+			}
+			c := r.limiterConfig(name, s)
+			if _, err := limit.New(c); err != nil {
+				return nil, fmt.Errorf("config: limiters.%s: %w", name, err)
+			}
+			if s.Algorithm == o.spec.Algorithm {
+				c.Algorithm = nil // keep the algorithm and what it has learnt
+			}
+			apply = append(apply, func() []string {
+				_ = o.l.Reconfigure(c) // validated above
+				return nil
+			})
+			return &limiterEntry{spec: s, l: o.l}, nil
+		},
+		func(name string, s Limiter) (*limiterEntry, error) {
+			l, err := limit.New(r.limiterConfig(name, s))
+			if err != nil {
+				return nil, fmt.Errorf("config: limiters.%s: %w", name, err)
+			}
+			return &limiterEntry{spec: s, l: l}, nil
+		})
+	if err != nil {
+		return nil, ch, nil, err
+	}
 	return st, ch, apply, nil
+}
+
+func (r *Registry) limiterConfig(name string, s Limiter) limit.Config {
+	c := s.Config
+	c.Name = name
+	c.Algorithm = algorithms[s.Algorithm]
+	if r.opts.Listener != nil {
+		c.Listener = r.opts.Listener
+	}
+	if r.opts.Limiter != nil {
+		r.opts.Limiter(name, &c)
+	}
+	return c
+}
+
+// Limiter returns the adaptive concurrency limiter named name (section
+// limiters:). A reload reconfigures it in place (Limiter.Reconfigure),
+// keeping its permits in flight, its waiters and, unless the algorithm
+// changed, what its algorithm has learnt.
+func (r *Registry) Limiter(name string) (*limit.Limiter, error) {
+	m := r.st.Load().limiters
+	if e, ok := m[name]; ok {
+		return e.l, nil
+	}
+	return nil, notFound("limiter", name, m)
 }
 
 // keyedRebuilt names the keyed registry of instance id when a reload

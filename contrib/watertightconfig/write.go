@@ -23,7 +23,7 @@ import (
 // itself a valid configuration file that resolves to the same instances.
 func (f *File) Write(w io.Writer) error {
 	var o out
-	n := len(f.Breakers) + len(f.Bulkheads) + len(f.Retries) + len(f.Budgets) + len(f.ConcurrencyBudgets) + len(f.Timeouts) + len(f.Hedges)
+	n := len(f.Breakers) + len(f.Bulkheads) + len(f.Retries) + len(f.Budgets) + len(f.ConcurrencyBudgets) + len(f.Timeouts) + len(f.Hedges) + len(f.Limiters)
 	o.comment(fmt.Sprintf("%s: %s: every field as it resolves.", f.Name, count(n, "instance")))
 	if len(f.Breakers) > 0 {
 		o.line("breakers:", "")
@@ -113,6 +113,29 @@ func (f *File) Write(w io.Writer) error {
 			h := f.Hedges[name]
 			o.instance(name, h.src)
 			writeHedge(&o, h)
+		}
+	}
+	if len(f.Limiters) > 0 {
+		o.line("limiters:", "")
+		for _, name := range sortedKeys(f.Limiters) {
+			l := f.Limiters[name]
+			o.instance(name, l.src)
+			c, s := l.Config, l.src
+			o.field(s, "algorithm", l.Algorithm)
+			o.field(s, "initial_limit", strconv.Itoa(c.InitialLimit))
+			o.field(s, "min_limit", strconv.Itoa(c.MinLimit))
+			o.field(s, "max_limit", strconv.Itoa(c.MaxLimit))
+			o.field(s, "max_wait", durOr(c.MaxWait, c.MaxWait < 0, "unlimited"))
+			field := o.field
+			if c.MaxWait == 0 {
+				field = func(s source, key, val string) { o.unused(s, key, val, "max_wait is 0s") }
+			}
+			if c.MaxWaiters != 0 {
+				field(s, "max_waiters", keys(c.MaxWaiters))
+			}
+			field(s, "queue_order", c.QueueOrder.String())
+			o.field(s, "window_samples", strconv.Itoa(c.WindowSamples))
+			o.field(s, "min_window", durOr(c.MinWindow, c.MinWindow < 0, "off"))
 		}
 	}
 	return o.flush(w)
