@@ -134,16 +134,19 @@ type Limiter struct {
 	cfg   Config // as New resolved it: Clock and Listener are read from here
 	set   atomic.Pointer[settings]
 	alg   atomic.Pointer[Algorithm]
-	bh    *bulkhead.Bulkhead
+	bh    *bulkhead.Bulkhead // nil for a Controller
+	gate  Gate               // what the limit is applied to: bh, or a Controller's
 	epoch time.Time
 	limit atomic.Int64
 	win   atomic.Pointer[window]
 
-	upd     sync.Mutex // serialises the algorithm's Update
-	changes atomic.Uint64
-	windows atomic.Uint64
-	last    atomic.Pointer[Window]
-	errLim  error
+	upd      sync.Mutex // serialises the algorithm's Update
+	applying atomic.Bool
+	dirty    atomic.Bool // the limit changed since the gate was last told
+	changes  atomic.Uint64
+	windows  atomic.Uint64
+	last     atomic.Pointer[Window]
+	errLim   error
 }
 
 // window accumulates one window's measurements. A full window is swapped
@@ -185,11 +188,21 @@ func New(cfg Config) (*Limiter, error) {
 		// The bulkhead's rules are the limiter's: say them in its name.
 		return nil, errors.New("limit: " + strings.TrimPrefix(err.Error(), "bulkhead: "))
 	}
+	l, err := newLimiter(c, bulkheadGate{bh})
+	if err != nil {
+		return nil, err
+	}
+	l.bh = bh
+	return l, nil
+}
+
+// newLimiter builds the limiter's controlling half for gate g.
+func newLimiter(c Config, g Gate) (*Limiter, error) {
 	alg := c.Algorithm()
 	if alg == nil {
 		return nil, errors.New("limit: Config.Algorithm returned nil")
 	}
-	l := &Limiter{name: c.Name, cfg: c, bh: bh, epoch: time.Now()}
+	l := &Limiter{name: c.Name, cfg: c, gate: g, epoch: time.Now()}
 	l.alg.Store(&alg)
 	l.set.Store(&settings{MinLimit: c.MinLimit, MaxLimit: c.MaxLimit, WindowSamples: c.WindowSamples, MinWindow: c.MinWindow})
 	l.errLim = ErrLimited
@@ -340,10 +353,10 @@ func (l *Limiter) judge(w *window) {
 	if !l.win.CompareAndSwap(w, newWindow(now, set.WindowSamples)) {
 		return
 	}
-	s := l.bh.Snapshot()
+	inFlight, waiting := l.gate.Load()
 	cur := int(l.limit.Load())
 	out := Window{
-		Limit: cur, InFlight: s.Active, Waiting: s.Waiting,
+		Limit: cur, InFlight: inFlight, Waiting: waiting,
 		Drops: int(w.drops.Load()),
 	}
 	out.Samples = int(w.events.Load()) - out.Drops
@@ -368,10 +381,12 @@ func (l *Limiter) judge(w *window) {
 	changed := n != int(l.limit.Load())
 	if changed {
 		l.limit.Store(int64(n))
-		_ = l.bh.SetMaxConcurrent(n) // within [1, MaxConcurrentLimit]: checked by New
 		l.changes.Add(1)
 	}
 	l.upd.Unlock()
+	if changed {
+		l.apply()
+	}
 	if lis := l.cfg.Listener; changed && lis != nil {
 		watertight.Emit(lis, watertight.Event{
 			Kind: watertight.EventLimitChanged, Source: source, Name: l.name,
@@ -379,6 +394,93 @@ func (l *Limiter) judge(w *window) {
 		})
 	}
 }
+
+// apply tells the gate the current limit, with no lock held: one goroutine
+// at a time applies, and it goes on while the limit changes under it, so
+// the gate ends with the latest limit whatever the interleaving (a gate that
+// calls back into the limiter only marks the limit dirty for the applier).
+func (l *Limiter) apply() {
+	l.dirty.Store(true)
+	for l.dirty.Load() {
+		if !l.applying.CompareAndSwap(false, true) {
+			return // the goroutine applying will see dirty
+		}
+		for l.dirty.Swap(false) {
+			l.gate.SetLimit(int(l.limit.Load()))
+		}
+		l.applying.Store(false)
+	}
+}
+
+// Gate is what a Controller moves the limit of: an admission queue, a
+// pool, any gate of the caller's own that admits calls up to a limit.
+type Gate interface {
+	// SetLimit applies a new limit: calls already admitted keep their
+	// places (a lower limit admits nobody new until in-flight drops below
+	// it). It is called with no lock of the Controller held, from one
+	// goroutine at a time, and always ends with the latest limit.
+	SetLimit(n int)
+	// Load returns the calls holding a place and the calls waiting for one.
+	Load() (inFlight, waiting int)
+}
+
+// bulkheadGate is a Limiter's own gate.
+type bulkheadGate struct{ b *bulkhead.Bulkhead }
+
+func (g bulkheadGate) SetLimit(n int) { _ = g.b.SetMaxConcurrent(n) } // within [1, MaxConcurrentLimit]: checked by resolve
+
+func (g bulkheadGate) Load() (int, int) {
+	s := g.b.Snapshot()
+	return s.Active, s.Waiting
+}
+
+// Controller is the deciding half of a Limiter, for a gate of the caller's
+// own: it takes the calls' measurements (Sample, Drop), judges them window
+// by window with its Algorithm, and applies the limit to the Gate. The
+// limit bounds, window settings, Algorithm, Clock and Listener of Config
+// apply; MaxWait, MaxWaiters and QueueOrder are the gate's business and are
+// ignored. Its methods cost what a Limiter's Done and Drop add to the
+// bulkhead's.
+type Controller struct{ l *Limiter }
+
+// NewController returns a Controller for cfg that applies its limit to g,
+// starting with cfg's InitialLimit (applied before it returns).
+func NewController(cfg Config, g Gate) (*Controller, error) {
+	if g == nil {
+		return nil, errors.New("limit: NewController needs a Gate, got nil")
+	}
+	c, err := cfg.resolve()
+	if err != nil {
+		return nil, err
+	}
+	l, err := newLimiter(c, g)
+	if err != nil {
+		return nil, err
+	}
+	l.apply()
+	return &Controller{l: l}, nil
+}
+
+// Sample records a call that was measured: it took latency. left, if
+// positive, is the time the call had before its deadline when it was
+// admitted (see Window.MinDeadline); zero if unknown.
+func (c *Controller) Sample(latency, left time.Duration) {
+	c.l.sample(max(int64(latency), 0), int64(left))
+}
+
+// Drop records a call that signalled overload (see Permit.Drop).
+func (c *Controller) Drop() { c.l.sample(-1, 0) }
+
+// Limit returns the current limit.
+func (c *Controller) Limit() int { return c.l.Limit() }
+
+// Snapshot returns the controller's state (InFlight and Waiting from the
+// gate; Rejected and Acquired are the gate's business and read zero).
+func (c *Controller) Snapshot() Snapshot { return c.l.Snapshot() }
+
+// Reconfigure applies cfg as Limiter.Reconfigure does, but for the gate's
+// settings (MaxWait, MaxWaiters, QueueOrder), which are ignored.
+func (c *Controller) Reconfigure(cfg Config) error { return c.l.Reconfigure(cfg) }
 
 // Reconfigure applies cfg to the limiter while it is in use, keeping the
 // permits in flight and the waiters: cfg is validated as New does (an
@@ -402,13 +504,15 @@ func (l *Limiter) Reconfigure(cfg Config) error {
 		}
 	}
 	l.upd.Lock()
-	defer l.upd.Unlock()
 	cur := int(l.limit.Load())
 	n := min(max(cur, c.MinLimit), c.MaxLimit)
-	// Name, QueueOrder and Listener are ignored by the bulkhead's
-	// Reconfigure, as they are here.
-	if err := l.bh.Reconfigure(bulkhead.Config{MaxConcurrent: n, MaxWait: c.MaxWait, MaxWaiters: c.MaxWaiters}); err != nil {
-		return errors.New("limit: " + strings.TrimPrefix(err.Error(), "bulkhead: "))
+	if l.bh != nil {
+		// Name, QueueOrder and Listener are ignored by the bulkhead's
+		// Reconfigure, as they are here.
+		if err := l.bh.Reconfigure(bulkhead.Config{MaxConcurrent: n, MaxWait: c.MaxWait, MaxWaiters: c.MaxWaiters}); err != nil {
+			l.upd.Unlock()
+			return errors.New("limit: " + strings.TrimPrefix(err.Error(), "bulkhead: "))
+		}
 	}
 	if alg != nil {
 		l.alg.Store(&alg)
@@ -417,6 +521,10 @@ func (l *Limiter) Reconfigure(cfg Config) error {
 	if n != cur {
 		l.limit.Store(int64(n))
 		l.changes.Add(1)
+	}
+	l.upd.Unlock()
+	if n != cur && l.bh == nil {
+		l.apply()
 	}
 	return nil
 }
@@ -486,11 +594,15 @@ type Snapshot struct {
 
 // Snapshot returns the limiter's state. It takes no lock.
 func (l *Limiter) Snapshot() Snapshot {
-	b := l.bh.Snapshot()
 	s := Snapshot{
 		Name: l.name, Algorithm: (*l.alg.Load()).Name(), Limit: int(l.limit.Load()),
-		InFlight: b.Active, Waiting: b.Waiting, Rejected: b.Rejected, Acquired: b.Acquired,
 		Windows: l.windows.Load(), Changes: l.changes.Load(),
+	}
+	if l.bh != nil {
+		b := l.bh.Snapshot()
+		s.InFlight, s.Waiting, s.Rejected, s.Acquired = b.Active, b.Waiting, b.Rejected, b.Acquired
+	} else {
+		s.InFlight, s.Waiting = l.gate.Load()
 	}
 	if w := l.last.Load(); w != nil {
 		s.Last = *w

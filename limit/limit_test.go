@@ -272,3 +272,106 @@ func TestReconfigure(t *testing.T) {
 	}
 	held.Ignore()
 }
+
+// gate is a Gate of the test's own: it records every limit applied, and
+// calls back into its controller when told a limit (which must not
+// deadlock).
+type gate struct {
+	mu     sync.Mutex
+	limits []int
+	c      *limit.Controller
+	in     int
+}
+
+func (g *gate) SetLimit(n int) {
+	g.mu.Lock()
+	g.limits = append(g.limits, n)
+	c := g.c
+	g.mu.Unlock()
+	if c != nil {
+		_ = c.Snapshot()
+		c.Sample(time.Millisecond, 0) // may close a window: applied after this one
+	}
+}
+
+func (g *gate) Load() (int, int) { return g.in, 0 }
+
+// A Controller moves the limit of a gate of its own: the initial limit at
+// once, then each change, in order, with no lock held (the gate calls back).
+func TestController(t *testing.T) {
+	alg := &fixed{next: 12}
+	g := &gate{in: 5}
+	c, err := limit.NewController(limit.Config{InitialLimit: 8, MaxLimit: 50, WindowSamples: 3, MinWindow: -1, Algorithm: func() limit.Algorithm { return alg }}, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	g.c = c
+	g.mu.Unlock()
+	c.Sample(2*time.Millisecond, 0)
+	c.Sample(4*time.Millisecond, time.Second)
+	c.Drop()
+	if c.Limit() != 12 {
+		t.Fatalf("limit %d, want 12", c.Limit())
+	}
+	g.mu.Lock()
+	got := append([]int(nil), g.limits...)
+	g.mu.Unlock()
+	if len(got) != 2 || got[0] != 8 || got[1] != 12 {
+		t.Fatalf("limits applied %v, want [8 12]", got)
+	}
+	if w := alg.seen[0]; w.InFlight != 5 || w.Samples != 2 || w.Drops != 1 || w.MinDeadline != time.Second {
+		t.Fatalf("window %+v", w)
+	}
+	if s := c.Snapshot(); s.InFlight != 5 || s.Limit != 12 {
+		t.Fatalf("snapshot %+v", s)
+	}
+	if err := c.Reconfigure(limit.Config{MaxLimit: 10, WindowSamples: 3, MinWindow: -1}); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	last := g.limits[len(g.limits)-1]
+	g.mu.Unlock()
+	if c.Limit() != 10 || last != 10 {
+		t.Fatalf("after lowering MaxLimit: limit %d, gate %d", c.Limit(), last)
+	}
+	if _, err := limit.NewController(limit.Config{}, nil); err == nil {
+		t.Fatal("a nil gate was accepted")
+	}
+}
+
+// However the changes interleave, the gate ends with the latest limit.
+func TestControllerApplyRace(t *testing.T) {
+	var n atomic.Int64
+	alg := limit.Algorithm(&counting{n: &n})
+	g := &gate{}
+	c, err := limit.NewController(limit.Config{InitialLimit: 1, MaxLimit: 1 << 20, WindowSamples: 1, MinWindow: -1, Algorithm: func() limit.Algorithm { return alg }}, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 500 {
+				c.Sample(time.Microsecond, 0)
+			}
+		}()
+	}
+	wg.Wait()
+	g.mu.Lock()
+	last := g.limits[len(g.limits)-1]
+	g.mu.Unlock()
+	if last != c.Limit() {
+		t.Fatalf("the gate ended with %d, the controller's limit is %d", last, c.Limit())
+	}
+}
+
+// counting returns a new limit every window.
+type counting struct{ n *atomic.Int64 }
+
+func (counting) Name() string { return "counting" }
+func (a *counting) Update(limit.Window) float64 {
+	return float64(a.n.Add(1) + 1)
+}
