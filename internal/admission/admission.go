@@ -61,7 +61,7 @@ var (
 // sees waiting and dispatches.
 type Queue struct {
 	name     string
-	max      int64
+	max      atomic.Int64 // changed by SetLimit
 	maxQueue int
 	queued   atomic.Pointer[func(name string)] // for tests: called when a request joins the queue
 	waiting  atomic.Int64                      // len(queue); stored under mu, read by every request
@@ -99,7 +99,7 @@ func New(name string, maxConcurrent, maxQueue int) *Queue {
 // struct. It must be called before the Queue is used, and only once.
 func (q *Queue) Init(name string, maxConcurrent, maxQueue int) {
 	q.name = name
-	q.max = int64(max(maxConcurrent, 1))
+	q.max.Store(int64(max(maxConcurrent, 1)))
 	q.maxQueue = max(maxQueue, 0)
 }
 
@@ -107,7 +107,25 @@ func (q *Queue) Init(name string, maxConcurrent, maxQueue int) {
 func (q *Queue) Name() string { return q.name }
 
 // MaxConcurrent returns the in-flight limit.
-func (q *Queue) MaxConcurrent() int { return int(q.max) }
+func (q *Queue) MaxConcurrent() int { return int(q.max.Load()) }
+
+// SetLimit changes the in-flight limit to n (at least 1) while the Queue is
+// in use, as an adaptive limit (limit.Controller) moves it: raising it lets
+// waiters in at once, lowering it takes no place back (nobody new is let in
+// until in-flight drops below it). It is a limit.Gate with Load.
+func (q *Queue) SetLimit(n int) {
+	q.max.Store(int64(max(n, 1)))
+	if q.waiting.Load() != 0 {
+		q.mu.Lock()
+		q.dispatchLocked()
+		q.mu.Unlock()
+	}
+}
+
+// Load returns the requests let in and not yet released, and those waiting.
+func (q *Queue) Load() (inFlight, waiting int) {
+	return int(q.active.Load()), int(q.waiting.Load())
+}
 
 // MaxQueue returns the queue bound.
 func (q *Queue) MaxQueue() int { return q.maxQueue }
@@ -127,7 +145,7 @@ func (q *Queue) SetQueuedHook(f func(name string)) {
 func (q *Queue) tryTake() bool {
 	for {
 		n := q.active.Load()
-		if n >= q.max {
+		if n >= q.max.Load() {
 			return false
 		}
 		if q.active.CompareAndSwap(n, n+1) {

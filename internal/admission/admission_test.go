@@ -493,3 +493,41 @@ func TestStress(t *testing.T) {
 	}
 	checkEmpty(t, q)
 }
+
+// SetLimit raises the limit with waiters let in at once, and lowers it
+// without taking a place back.
+func TestSetLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New("r", 1, 4)
+		if err := q.Acquire(context.Background(), 0); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- q.Acquire(context.Background(), 0) }()
+		synctest.Wait()
+		if in, waiting := q.Load(); in != 1 || waiting != 1 {
+			t.Fatalf("load %d, %d", in, waiting)
+		}
+		q.SetLimit(2)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		q.SetLimit(1)
+		if q.TryAcquire() {
+			t.Fatal("a place at the lowered limit with 2 in flight")
+		}
+		q.Release()
+		if q.TryAcquire() {
+			t.Fatal("a place with 1 in flight at limit 1")
+		}
+		q.Release()
+		if !q.TryAcquire() || q.MaxConcurrent() != 1 {
+			t.Fatal("no place with none in flight")
+		}
+		q.Release()
+		q.SetLimit(0)
+		if q.MaxConcurrent() != 1 {
+			t.Fatalf("SetLimit(0): %d, want 1", q.MaxConcurrent())
+		}
+	})
+}
