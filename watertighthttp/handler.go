@@ -11,10 +11,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/deadline"
 	admq "github.com/watertight-go/watertight/internal/admission"
+	"github.com/watertight-go/watertight/limit"
 )
 
 // Defaults of HandlerConfig.
@@ -88,6 +90,18 @@ type HandlerConfig struct {
 	// at once. Zero means DefaultRouteMaxConcurrent (100); a negative value means
 	// no admission limit at all (deadline shedding only).
 	MaxConcurrent int
+	// Limit, if not nil, makes each route's in-flight limit adaptive: a
+	// limit.Controller per route (Name the route) moves it from the
+	// latency of the requests it admits, measured from admission to the end
+	// of the next handler, with the time each had left before its deadline;
+	// a request whose deadline ran out in the next handler is a drop, one
+	// its client cancelled says nothing. Limit.InitialLimit zero means
+	// MaxConcurrent; MaxWait, MaxWaiters and QueueOrder are ignored (the
+	// route's queue is MaxQueue's). A route evicted from the table (see
+	// MaxRoutes) starts again from the initial limit. It has no effect when
+	// MaxConcurrent is negative. The limits show in the OnShed messages and
+	// in each route's Controller; see package limit.
+	Limit *limit.Config
 	// MaxQueue is how many requests of one route may wait for a place when
 	// MaxConcurrent are in flight. Zero means MaxConcurrent; a negative
 	// value means no queue: a request that finds the route full is rejected
@@ -305,6 +319,17 @@ func newHandlerCore(cfg HandlerConfig) (*handlerCore, error) {
 			maxr = -1
 		}
 		h.routes = newRouteTable(maxc, maxq, maxr)
+		if cfg.Limit != nil {
+			lc := *cfg.Limit
+			if lc.InitialLimit == 0 {
+				lc.InitialLimit = maxc
+			}
+			if _, err := limit.NewController(lc, admq.New("", maxc, 0)); err != nil {
+				return nil, fmt.Errorf("watertighthttp: HandlerConfig.Limit: %w", err)
+			}
+			h.routes.limit = &lc
+			h.routes.other = newAdmission(OtherRoutes, maxc, maxq, &lc)
+		}
 	}
 	return h, nil
 }
@@ -413,7 +438,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.shedAdmission(w, r, a, err)
 			return
 		}
+		var start time.Time
+		if a.ctl != nil {
+			start = time.Now()
+		}
 		defer func() {
+			if a.ctl != nil {
+				a.sample(ctx, start)
+			}
 			a.release()
 			h.routes.put(a)
 		}()
@@ -529,6 +561,7 @@ func shedLine(s string) string {
 // looks again under mu, where m holds only live controllers.
 type routeTable struct {
 	maxConcurrent, maxQueue, maxRoutes int
+	limit                              *limit.Config // nil: static limits
 
 	m     sync.Map   // routeKey -> *admission; stored and deleted under mu
 	other *admission // shared by the routes that found the table full
@@ -543,7 +576,7 @@ func newRouteTable(maxConcurrent, maxQueue, maxRoutes int) *routeTable {
 		maxConcurrent: maxConcurrent,
 		maxQueue:      maxQueue,
 		maxRoutes:     maxRoutes,
-		other:         newAdmission(OtherRoutes, maxConcurrent, maxQueue),
+		other:         newAdmission(OtherRoutes, maxConcurrent, maxQueue, nil),
 	}
 }
 
@@ -586,7 +619,7 @@ func (t *routeTable) get(k routeKey) *admission {
 	}
 	a := t.other
 	if t.maxRoutes < 0 || t.n < t.maxRoutes {
-		a = newAdmission(k.name(), t.maxConcurrent, t.maxQueue)
+		a = newAdmission(k.name(), t.maxConcurrent, t.maxQueue, t.limit)
 		a.SetQueuedHook(t.queuedHook)
 		t.m.Store(k, a)
 		t.n++
@@ -608,12 +641,36 @@ type admission struct {
 	refs       admq.Refs // requests holding the controller (routeTable): next to active, on its cache line
 	_          [56]byte  // the hot words above share no cache line with what follows
 	name       string
+	ctl        *limit.Controller // nil: a static limit
 }
 
-func newAdmission(name string, maxConcurrent, maxQueue int) *admission {
+// newAdmission returns the admission of one route; lc, if not nil, makes
+// its limit adaptive (lc was checked by NewHandler).
+func newAdmission(name string, maxConcurrent, maxQueue int, lc *limit.Config) *admission {
 	a := &admission{name: name}
 	a.Init(name, maxConcurrent, maxQueue)
+	if lc != nil {
+		c := *lc
+		c.Name = name
+		a.ctl, _ = limit.NewController(c, &a.Queue)
+	}
 	return a
+}
+
+// sample tells the route's Controller how a request admitted at start
+// ended: its latency, a drop if its deadline ran out, nothing if its client
+// went away.
+func (a *admission) sample(ctx context.Context, start time.Time) {
+	switch err := ctx.Err(); {
+	case err == nil:
+		var left time.Duration
+		if dl, ok := ctx.Deadline(); ok {
+			left = dl.Sub(start)
+		}
+		a.ctl.Sample(time.Since(start), left)
+	case errors.Is(err, context.DeadlineExceeded):
+		a.ctl.Drop()
+	}
 }
 
 // ref counts one more holder of a, unless a was evicted: one atomic add. A
