@@ -21,6 +21,7 @@ import (
 	"github.com/watertight-go/watertight/internal/admission"
 	"github.com/watertight-go/watertight/internal/eventcount"
 	"github.com/watertight-go/watertight/internal/keyed"
+	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/watertighthttp"
 )
 
@@ -106,6 +107,18 @@ type ServerConfig struct {
 	// ("/package.Service/Method"): each key has its own in-flight limit and
 	// queue. If nil, the full method name. Keys are bounded by MaxMethods.
 	Method func(fullMethod string) string
+	// Limit, if not nil, makes each key's in-flight limit adaptive: a
+	// limit.Controller per key (Name the key) moves it from the latency of
+	// the unary calls it admits, measured around the handler, with the time
+	// each had left before its deadline; a call whose deadline ran out, or
+	// that the handler answered as overloaded (watertight.IsOverloaded), is
+	// a drop, one its client cancelled says nothing. Streams hold places but
+	// are not measured (their length is not a latency). Limit.InitialLimit
+	// zero means MaxConcurrent; MaxWait, MaxWaiters and QueueOrder are
+	// ignored (the key's queue is MaxQueue's). A key evicted from the table
+	// (see MaxMethods) starts again from the initial limit. No effect when
+	// MaxConcurrent is negative. See package limit.
+	Limit *limit.Config
 	// MaxConcurrent is how many requests of one key run the handler at
 	// once; a stream counts until its handler returns. Zero means
 	// DefaultMethodMaxConcurrent (100); a negative value means no admission limit
@@ -298,12 +311,35 @@ type method struct {
 	refs            admission.Refs // next to that word, on its cache line
 	_               [56]byte       // the hot words above share no cache line with what follows
 	key             string
+	ctl             *limit.Controller // nil: a static limit
 }
 
-func newMethod(key string, maxConcurrent, maxQueue int) *method {
+// newMethod returns the admission of one key; lc, if not nil, makes its
+// limit adaptive (lc was checked by newServer).
+func newMethod(key string, maxConcurrent, maxQueue int, lc *limit.Config) *method {
 	m := &method{key: key}
 	m.Init(key, maxConcurrent, maxQueue)
+	if lc != nil {
+		c := *lc
+		c.Name = key
+		m.ctl, _ = limit.NewController(c, &m.Queue)
+	}
 	return m
+}
+
+// sample tells the key's Controller how a unary call admitted at start
+// ended (see ServerConfig.Limit).
+func (m *method) sample(ctx context.Context, start time.Time, err error) {
+	switch cerr := ctx.Err(); {
+	case errors.Is(cerr, context.DeadlineExceeded), cerr == nil && watertight.IsOverloaded(err):
+		m.ctl.Drop()
+	case cerr == nil:
+		var left time.Duration
+		if dl, ok := ctx.Deadline(); ok {
+			left = dl.Sub(start)
+		}
+		m.ctl.Sample(time.Since(start), left)
+	}
 }
 
 // errTableFull is keyed.Map.Get's answer when the table is full of busy keys.
@@ -375,10 +411,21 @@ func newServer(cfg ServerConfig) (*server, error) {
 	case maxKeys < 0:
 		maxKeys = -1
 	}
+	var lc *limit.Config
+	if cfg.Limit != nil {
+		c := *cfg.Limit
+		if c.InitialLimit == 0 {
+			c.InitialLimit = maxc
+		}
+		if _, err := limit.NewController(c, admission.New("", maxc, 0)); err != nil {
+			return nil, fmt.Errorf("watertightgrpc: ServerConfig.Limit: %w", err)
+		}
+		lc = &c
+	}
 	s.methods = keyed.New(maxKeys,
-		func(key string) (*method, error) { return newMethod(key, maxc, maxq), nil },
+		func(key string) (*method, error) { return newMethod(key, maxc, maxq, lc), nil },
 		func(m *method) bool { return m.refs.Evict() }) // idle: nothing in flight or queued
-	s.other = newMethod(OtherMethods, maxc, maxq)
+	s.other = newMethod(OtherMethods, maxc, maxq, lc)
 	return s, nil
 }
 
@@ -580,8 +627,12 @@ func (s *server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 // run calls the handler and gives back what the request holds (its
 // admission place, its client's count) when it returns, even when it
 // panics.
-func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, a held) (any, error) {
+func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, a held) (_ any, err error) {
 	defer a.release()
+	if a.m != nil && a.m.ctl != nil {
+		start := time.Now()
+		defer func() { a.m.sample(ctx, start, err) }()
+	}
 	return handler(ctx, req)
 }
 
