@@ -20,6 +20,7 @@ import (
 	"github.com/watertight-go/watertight/deadline"
 	"github.com/watertight-go/watertight/idempotency"
 	"github.com/watertight-go/watertight/internal/keycache"
+	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/retry"
 )
 
@@ -79,6 +80,13 @@ type TransportConfig struct {
 	// Bulkheads gives each key its bulkhead, which bounds the attempts in
 	// flight to that key. If nil, no bulkhead.
 	Bulkheads *bulkhead.Registry
+	// Limiters gives each key an adaptive concurrency limit (package
+	// limit), inside its bulkhead: it bounds the attempts in flight to the
+	// key at a limit it learns from their latency, an attempt that ran out
+	// of time (AttemptTimeout, or the request's deadline) or was answered as
+	// overloaded counting as a drop. Its refusal is limit.ErrLimited, a
+	// saturation that is not retried. If nil, no adaptive limit.
+	Limiters *limit.Registry
 	// Retry configures the retry policy. The Transport decides per request
 	// whether it may be retried, whatever Retry.Idempotent says: requests
 	// with an idempotent method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), an
@@ -177,6 +185,7 @@ type Transport struct {
 	key       func(*http.Request) string
 	breakers  *circuit.Registry
 	bulkheads *bulkhead.Registry
+	limiters  *limit.Registry
 	dl        *deadline.Propagator
 	dlHeader  string // dl's header, in canonical form
 	timeouts  timeoutCache
@@ -208,6 +217,7 @@ type pipes struct {
 	host               *circuit.Breaker // the host's, with the default Key; or nil
 	breaker            *circuit.Breaker
 	bulk               *bulkhead.Bulkhead
+	lim                *limit.Limiter
 	idem, once, single *watertight.Pipeline
 }
 
@@ -271,6 +281,7 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		key:       cfg.Key,
 		breakers:  cfg.Breakers,
 		bulkheads: cfg.Bulkheads,
+		limiters:  cfg.Limiters,
 		dl:        cfg.Deadline,
 		retries:   cfg.Retry.MaxAttempts != 1,
 		onEvent:   cfg.Retry.OnEvent,
@@ -312,8 +323,8 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 	if t.idem, t.once, t.single, err = retryPolicies(t.rc); err != nil {
 		return nil, fmt.Errorf("watertighthttp: TransportConfig.Retry: %w", err)
 	}
-	if t.breakers == nil && t.bulkheads == nil && t.listener == nil {
-		t.shared = t.build("", nil, nil, nil)
+	if t.breakers == nil && t.bulkheads == nil && t.limiters == nil && t.listener == nil {
+		t.shared = t.build("", nil, nil, nil, nil)
 	}
 	return t, nil
 }
@@ -376,8 +387,8 @@ func (t *Transport) event(ev retry.Event) {
 	}
 }
 
-func (t *Transport) build(key string, host, b *circuit.Breaker, h *bulkhead.Bulkhead) *pipes {
-	p := &pipes{key: key, host: host, breaker: b, bulk: h}
+func (t *Transport) build(key string, host, b *circuit.Breaker, h *bulkhead.Bulkhead, l *limit.Limiter) *pipes {
+	p := &pipes{key: key, host: host, breaker: b, bulk: h, lim: l}
 	idem, once, single := t.idem, t.once, t.single
 	if t.listener != nil {
 		// Policies of the key's own, whose events carry the key. The
@@ -398,6 +409,9 @@ func (t *Transport) build(key string, host, b *circuit.Breaker, h *bulkhead.Bulk
 		}
 		if h != nil {
 			pols = append(pols, h)
+		}
+		if l != nil {
+			pols = append(pols, l)
 		}
 		return watertight.MustNew(pols...)
 	}
@@ -439,9 +453,15 @@ func (t *Transport) pipes(req *http.Request) (*pipes, error) {
 			return nil, err
 		}
 	}
+	var l *limit.Limiter
+	if t.limiters != nil {
+		if l, err = t.limiters.Get(key); err != nil {
+			return nil, err
+		}
+	}
 	p := kept
-	if !ok || p.host != host || p.breaker != b || p.bulk != h {
-		p = t.build(key, host, b, h)
+	if !ok || p.host != host || p.breaker != b || p.bulk != h || p.lim != l {
+		p = t.build(key, host, b, h, l)
 	}
 	t.cache.Put(key, gen, p)
 	return p, nil
@@ -472,6 +492,9 @@ func (t *Transport) generation() uint64 {
 	}
 	if t.bulkheads != nil {
 		g += t.bulkheads.Generation()
+	}
+	if t.limiters != nil {
+		g += t.limiters.Generation()
 	}
 	return g
 }
