@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/internal/stripe"
 )
 
 // Defaults used for zero fields of Config.
@@ -150,28 +153,65 @@ type Limiter struct {
 }
 
 // window accumulates one window's measurements. A full window is swapped
-// for a fresh one by the call that fills it; late adds to the old one are
+// for a fresh one by the call that judges it; late adds to the old one are
 // lost, which a statistic can afford.
+//
+// Calls from different cores add to different cells (picked from the
+// address of a variable on the caller's stack, as stripe.Counter does), so
+// that they do not pass one cache line back and forth; the extremes live
+// on a line of their own, written only when a call beats them. A call
+// looks at the total only when its cell's count reaches a multiple of a
+// power of two near next/cells: about cells checks per window, whatever the
+// rate.
 type window struct {
 	_      [64]byte
-	events atomic.Int64 // samples + drops
-	drops  atomic.Int64
-	sumLat atomic.Int64
 	minLat atomic.Int64
 	maxLat atomic.Int64
 	minDl  atomic.Int64
-	_      [16]byte      // next and start on a line of their own
-	next   atomic.Int64  // events at which to judge it (again)
+	_      [40]byte
+	next   atomic.Int64  // total events from which the window may be judged
+	mask   atomic.Int64  // a cell looks at the total when its events&mask == 0
 	start  time.Duration // the clock when the window began
-	_      [64]byte
+	_      [40]byte
+	cells  [windowCells]cell
 }
 
-func newWindow(start time.Duration, samples int) *window {
+// windowCells is the number of cells of a window: a power of two.
+const windowCells = 8
+
+type cell struct {
+	events atomic.Int64 // samples + drops
+	drops  atomic.Int64
+	sumLat atomic.Int64
+	_      [40]byte
+}
+
+// newWindow returns a window that began at start and may be judged from
+// next events on.
+func newWindow(start time.Duration, next int64) *window {
 	w := &window{start: start}
-	w.next.Store(int64(samples))
+	w.setNext(next)
 	w.minLat.Store(math.MaxInt64)
 	w.minDl.Store(math.MaxInt64)
 	return w
+}
+
+// setNext moves next, and the cells' look-up interval with it.
+func (w *window) setNext(next int64) {
+	w.next.Store(next)
+	step := max(next/windowCells, 1)
+	w.mask.Store(int64(1)<<(bits.Len64(uint64(step))-1) - 1)
+}
+
+// totals sums the cells.
+func (w *window) totals() (events, drops, sumLat int64) {
+	for i := range w.cells {
+		c := &w.cells[i]
+		events += c.events.Load()
+		drops += c.drops.Load()
+		sumLat += c.sumLat.Load()
+	}
+	return
 }
 
 // New returns a Limiter for cfg, or an error naming the first invalid field.
@@ -198,9 +238,9 @@ func New(cfg Config) (*Limiter, error) {
 
 // newLimiter builds the limiter's controlling half for gate g.
 func newLimiter(c Config, g Gate) (*Limiter, error) {
-	alg := c.Algorithm()
-	if alg == nil {
-		return nil, errors.New("limit: Config.Algorithm returned nil")
+	alg, err := buildAlgorithm(c.Algorithm)
+	if err != nil {
+		return nil, err
 	}
 	l := &Limiter{name: c.Name, cfg: c, gate: g, epoch: time.Now()}
 	l.alg.Store(&alg)
@@ -210,8 +250,23 @@ func newLimiter(c Config, g Gate) (*Limiter, error) {
 		l.errLim = &namedError{name: c.Name, err: ErrLimited}
 	}
 	l.limit.Store(int64(c.InitialLimit))
-	l.win.Store(newWindow(l.now(), c.WindowSamples))
+	l.win.Store(newWindow(l.now(), int64(c.WindowSamples)))
 	return l, nil
+}
+
+// buildAlgorithm calls an Algorithm constructor; the options constructors
+// (NewAIMD, NewVegas, NewGradient2) panic on invalid options, which New
+// and Reconfigure turn into their error.
+func buildAlgorithm(f func() Algorithm) (a Algorithm, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("limit: Config.Algorithm: %v", r)
+		}
+	}()
+	if a = f(); a == nil {
+		return nil, errors.New("limit: Config.Algorithm returned nil")
+	}
+	return a, nil
 }
 
 type namedError struct {
@@ -273,8 +328,8 @@ func (l *Limiter) translate(err error) error {
 // the dependency's speed as a 200).
 func (p Permit) Done(latency time.Duration) {
 	if p.l != nil {
+		p.l.sample(int64(latency), 0) // before the release: the window's InFlight counts this call
 		p.l.bh.Release()
-		p.l.sample(int64(latency), 0)
 	}
 }
 
@@ -282,8 +337,8 @@ func (p Permit) Done(latency time.Duration) {
 // refused it as overloaded, or its deadline ran out inside it.
 func (p Permit) Drop() {
 	if p.l != nil {
-		p.l.bh.Release()
 		p.l.sample(-1, 0)
+		p.l.bh.Release()
 	}
 }
 
@@ -300,8 +355,10 @@ func (p Permit) Ignore() {
 // before its deadline when admitted (0: unknown).
 func (l *Limiter) sample(lat int64, dl int64) {
 	w := l.win.Load()
+	var probe byte
+	c := &w.cells[stripe.Hash(uintptr(unsafe.Pointer(&probe)), 0)>>(64-3)]
 	if lat >= 0 {
-		w.sumLat.Add(lat)
+		c.sumLat.Add(lat)
 		if lat < w.minLat.Load() {
 			casMin(&w.minLat, lat)
 		}
@@ -312,9 +369,9 @@ func (l *Limiter) sample(lat int64, dl int64) {
 			casMin(&w.minDl, dl)
 		}
 	} else {
-		w.drops.Add(1)
+		c.drops.Add(1)
 	}
-	if w.events.Add(1) == w.next.Load() {
+	if c.events.Add(1)&w.mask.Load() == 0 {
 		l.judge(w)
 	}
 }
@@ -337,44 +394,55 @@ func casMax(a *atomic.Int64, v int64) {
 	}
 }
 
-// judge closes window w, which one call has just filled to w.next events:
-// unless it is younger than MinWindow (then it stays open for another
-// WindowSamples events), it is replaced by a fresh window and handed to the
-// algorithm.
+// judge looks at window w, whose cell a call has just brought to a multiple
+// of w.step events: once the window holds next events it is judged, unless
+// it is younger than MinWindow — then next moves on by a quarter of what it
+// holds (at least WindowSamples), so that the clock is read a few dozen
+// times per window at most, whatever the rate, and the window overshoots
+// MinWindow by at most about a quarter. A judged window is replaced by a
+// fresh one (expecting about as many events) and handed to the algorithm.
 func (l *Limiter) judge(w *window) {
+	events, drops, sumLat := w.totals()
+	next := w.next.Load()
+	if events < next {
+		return
+	}
 	now := l.now()
 	set := l.set.Load()
 	if set.MinWindow > 0 && now-w.start < set.MinWindow {
-		// Only the call that reached next gets here, and only it moves
-		// next on.
-		w.next.Add(int64(set.WindowSamples))
+		if w.next.Load() == next { // another caller may have moved it already
+			w.setNext(events + max(int64(set.WindowSamples), events/4))
+		}
 		return
 	}
-	if !l.win.CompareAndSwap(w, newWindow(now, set.WindowSamples)) {
+	expect := int64(set.WindowSamples)
+	if set.MinWindow > 0 {
+		expect = max(expect, events*3/4)
+	}
+	if !l.win.CompareAndSwap(w, newWindow(now, expect)) {
 		return
 	}
 	inFlight, waiting := l.gate.Load()
 	cur := int(l.limit.Load())
 	out := Window{
 		Limit: cur, InFlight: inFlight, Waiting: waiting,
-		Drops: int(w.drops.Load()),
+		Drops: int(drops), Samples: int(events - drops),
 	}
-	out.Samples = int(w.events.Load()) - out.Drops
 	if out.Samples > 0 {
 		out.MinLatency = time.Duration(w.minLat.Load())
 		out.MaxLatency = time.Duration(w.maxLat.Load())
-		out.MeanLatency = time.Duration(w.sumLat.Load() / int64(out.Samples))
+		out.MeanLatency = time.Duration(sumLat / int64(out.Samples))
 	}
 	if dl := w.minDl.Load(); dl != math.MaxInt64 {
 		out.MinDeadline = time.Duration(dl)
 	}
 	l.upd.Lock()
 	alg := *l.alg.Load()
-	next := alg.Update(out)
+	want := alg.Update(out)
 	set = l.set.Load() // Reconfigure may have moved the bounds meanwhile
 	n := cur
-	if !math.IsNaN(next) {
-		n = int(math.Round(min(max(next, float64(set.MinLimit)), float64(set.MaxLimit))))
+	if !math.IsNaN(want) {
+		n = int(math.Round(min(max(want, float64(set.MinLimit)), float64(set.MaxLimit))))
 	}
 	l.windows.Add(1)
 	l.last.Store(&out)
@@ -499,8 +567,8 @@ func (l *Limiter) Reconfigure(cfg Config) error {
 	}
 	var alg Algorithm
 	if !keep {
-		if alg = c.Algorithm(); alg == nil {
-			return errors.New("limit: Config.Algorithm returned nil")
+		if alg, err = buildAlgorithm(c.Algorithm); err != nil {
+			return err
 		}
 	}
 	l.upd.Lock()
@@ -560,7 +628,7 @@ func (l *Limiter) Enter(ctx context.Context) (context.Context, watertight.Ticket
 // dependency (watertight.Classify's Ignored: the caller cancelled, a
 // rejection further in), and its latency otherwise.
 func (l *Limiter) Exit(ctx context.Context, t watertight.Ticket, err error) error {
-	l.bh.Release()
+	defer l.bh.Release() // after the sample: the window's InFlight counts this call
 	if t.Start == 0 {
 		return err
 	}

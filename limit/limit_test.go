@@ -136,7 +136,7 @@ func TestWindows(t *testing.T) {
 			t.Fatalf("windows judged: %d, want 1", len(alg.seen))
 		}
 		w := alg.seen[0]
-		want := limit.Window{Limit: 4, Samples: 7, Drops: 1, MinLatency: 10 * time.Millisecond, MaxLatency: 40 * time.Millisecond, MeanLatency: 220 * time.Millisecond / 7}
+		want := limit.Window{Limit: 4, InFlight: 1, Samples: 7, Drops: 1, MinLatency: 10 * time.Millisecond, MaxLatency: 40 * time.Millisecond, MeanLatency: 220 * time.Millisecond / 7}
 		if w != want {
 			t.Fatalf("window\n got %+v\nwant %+v", w, want)
 		}
@@ -374,4 +374,12 @@ type counting struct{ n *atomic.Int64 }
 func (counting) Name() string { return "counting" }
 func (a *counting) Update(limit.Window) float64 {
 	return float64(a.n.Add(1) + 1)
+}
+
+// Invalid algorithm options are New's error, not a panic.
+func TestAlgorithmOptionsError(t *testing.T) {
+	_, err := limit.New(limit.Config{Algorithm: func() limit.Algorithm { return limit.NewVegas(limit.VegasOptions{Smoothing: 3}) }})
+	if err == nil || !strings.Contains(err.Error(), "limit: Config.Algorithm: limit: VegasOptions.Smoothing must be in (0, 1]") {
+		t.Fatalf("New: %v", err)
+	}
 }
