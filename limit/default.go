@@ -2,63 +2,97 @@ package limit
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
 // DefaultOptions tunes NewDefault. The zero value is the default.
 type DefaultOptions struct {
 	// BaselineWindows is how many windows the no-load latency (the
-	// baseline) is the minimum of: the least latency seen in that many
-	// recent windows. Zero means 120 (two minutes of one-second windows).
-	// A minimum over a sliding span, not a periodic re-measurement (which
-	// pins the limit low while it measures, and synchronises hosts, as
-	// envoy#8337 reports) nor an average (which drifts up with a long
-	// incident until the limit no longer protects, failsafe-go#127).
+	// baseline) is learned from: the lower quartile of the mean latencies
+	// of that many recent windows in which the traffic did not fill the
+	// limit. Zero means 120 (two minutes of one-second windows). Not a
+	// periodic re-measurement (which pins the limit low while it measures,
+	// and synchronises hosts, as envoy#8337 reports) nor an average of
+	// every window (which drifts up with a long incident until the limit no
+	// longer protects, failsafe-go#127).
 	BaselineWindows int
 	// Alpha and Beta bound the estimated queue at the dependency (calls
 	// waiting there beyond its capacity, limit × (1 − baseline/latency)),
 	// as a fraction of the limit: below Alpha the limit grows, above Beta
-	// it shrinks towards capacity. Zero means 0.05 and 0.2, each at least
-	// 2 and 4 calls.
+	// it shrinks towards capacity. Zero means 0.025 and 0.075, each at
+	// least 1 and 2 calls (a queue of a few calls is already 20% of a
+	// small limit).
 	Alpha, Beta float64
-	// Backoff scales the limit down after a window with drops (timeouts,
-	// overload answers), or whose latency ate half of the least deadline
-	// a call had left. Zero means 0.9.
+	// Backoff scales the limit down after a window in which more than 1%
+	// of the calls dropped (timeouts, overload answers: a single timeout
+	// in the tail is not overload), or whose latency ate half of the least
+	// deadline a call had left. Zero means 0.9.
 	Backoff float64
 }
 
 // NewDefault returns watertight's own algorithm, the one a zero
 // Config.Algorithm uses. Like Vegas it estimates the queue that builds up
 // at the dependency from the ratio of a no-load latency to the window's
-// mean latency, and keeps that queue small: it grows the limit by about its
-// square root per window while the queue is short and the traffic uses the
-// limit, and cuts it to the estimated capacity plus a short queue when the
-// queue is long. Unlike Vegas and Gradient2 it also acts on the signals
+// mean latency, and keeps that queue small: while the queue is short and the
+// traffic uses the limit it grows the limit by one call, then faster (up to
+// its square root per window) for as long as the windows keep saying there
+// is no queue; when the queue is long it cuts half way to the estimated
+// capacity plus a short queue. Unlike Vegas and Gradient2 it also acts on the signals
 // they ignore: drops and timeouts (multiplicative decrease, as AIMD), and
 // the callers' remaining deadlines (a latency that eats half the least
-// deadline left is queueing nobody can afford). Its baseline is the minimum
-// latency over a sliding span of windows, which neither needs the limit
-// lowered to be measured nor drifts up during a long incident.
+// deadline left is queueing nobody can afford).
+//
+// Its baseline is the lower quartile of the mean latencies of recent
+// windows in which the traffic did not fill the limit (their latency is
+// the dependency's own, not a queue the limit let in), so it needs no
+// lowering of the limit to be measured. It does not rise while the limit
+// is full, however long: the latency then includes the queue the limit
+// admits, and a baseline that followed it would ratchet the limit up
+// through a long incident. It is learned again, from the current window,
+// when the latency does not answer the limit: when the window is
+// markedly faster than the baseline (the dependency got faster), or when
+// three or more cuts running have taken the limit down by 30% while the
+// mean latency stayed within 10% of the highest it reached meanwhile (the dependency itself
+// got slower, and the queue the baseline saw is not there).
 func NewDefault(o DefaultOptions) Algorithm {
 	if o.BaselineWindows <= 0 {
 		o.BaselineWindows = 120
 	}
 	if o.Alpha <= 0 {
-		o.Alpha = 0.05
+		o.Alpha = 0.025
 	}
 	if o.Beta <= 0 {
-		o.Beta = 0.2
+		o.Beta = 0.075
 	}
 	if o.Backoff <= 0 || o.Backoff >= 1 {
 		o.Backoff = 0.9
 	}
-	return &watertightAlg{o: o, mins: make([]time.Duration, 0, o.BaselineWindows)}
+	return &watertightAlg{o: o, means: make([]time.Duration, 0, o.BaselineWindows)}
 }
 
+// Relearning the baseline: a window this much faster than it, or cuts
+// that took the limit down to cutShrink of where they began while the
+// latency stayed above cutStay of where it was, after at least cutRuns
+// windows.
+const (
+	fasterBy  = 0.9
+	cutShrink = 0.7
+	cutStay   = 0.9
+	cutRuns   = 3
+)
+
 type watertightAlg struct {
-	o    DefaultOptions
-	mins []time.Duration // window minimums, a ring once full
-	pos  int
+	o     DefaultOptions
+	means []time.Duration // baseline windows' mean latencies, a ring once full
+	pos   int
+	sort  []time.Duration // scratch for the quartile
+	base  time.Duration
+
+	grows   int           // windows of growth running
+	cuts    int           // latency cuts running
+	cutFrom float64       // the limit before the first of them
+	cutLat  time.Duration // the highest mean latency since
 }
 
 func (a *watertightAlg) Name() string { return "watertight" }
@@ -67,27 +101,56 @@ func (a *watertightAlg) Update(w Window) float64 {
 	lim := float64(w.Limit)
 	if w.Samples == 0 {
 		if w.Drops > 0 {
+			a.cuts, a.grows = 0, 0
 			return lim * a.o.Backoff
 		}
 		return lim
 	}
-	a.push(w.MinLatency)
-	if w.Drops > 0 || (w.MinDeadline > 0 && w.MeanLatency > w.MinDeadline/2) {
+	m := w.MeanLatency
+	if len(a.means) == 0 || float64(m) < fasterBy*float64(a.base) {
+		a.relearn(m)
+	}
+	alpha := max(1, a.o.Alpha*lim)
+	beta := max(2, a.o.Beta*lim)
+	queue := lim * (1 - float64(a.base)/float64(m))
+	// Traffic held well below the estimated capacity (lim - queue) cannot
+	// have queued at the dependency: the window's latency is its own.
+	// So is a window that, after one already did, says there is no queue:
+	// the limit is climbing from below capacity.
+	if float64(w.InFlight) <= lim-queue-alpha || (a.grows > 0 && queue < alpha) {
+		a.push(m)
+	}
+	if w.Drops*100 > w.Samples+w.Drops || (w.MinDeadline > 0 && m > w.MinDeadline/2) {
+		a.cuts, a.grows = 0, 0
 		return lim * a.o.Backoff
 	}
-	base := a.baseline()
-	if base <= 0 || w.MeanLatency <= 0 {
-		return lim
+	if queue <= beta {
+		a.cuts = 0
 	}
-	queue := lim * (1 - float64(base)/float64(w.MeanLatency))
-	alpha := max(2, a.o.Alpha*lim)
-	beta := max(4, a.o.Beta*lim)
+	if queue >= alpha {
+		a.grows = 0
+	}
 	switch {
 	case queue < alpha:
 		if 2*w.InFlight >= w.Limit || w.Waiting > 0 { // the traffic uses the limit
-			return lim + max(1, math.Sqrt(lim))
+			// One more call, then faster while the latency keeps saying
+			// there is no queue: up to the square root of the limit.
+			a.grows++
+			return lim + min(max(1, math.Sqrt(lim)), float64(a.grows))
 		}
+		a.grows = 0
 	case queue > beta:
+		a.cuts++
+		if a.cuts == 1 {
+			a.cutFrom, a.cutLat = lim, m
+		}
+		a.cutLat = max(a.cutLat, m)
+		if a.cuts >= cutRuns && lim <= cutShrink*a.cutFrom && float64(m) >= cutStay*float64(a.cutLat) {
+			// Cutting does not bring the latency down: it is not queueing.
+			a.relearn(m)
+			a.cuts = 0
+			return lim
+		}
 		// Capacity is about lim - queue: aim a short queue above it, half way.
 		target := lim - queue + alpha
 		return (lim + target) / 2
@@ -95,21 +158,20 @@ func (a *watertightAlg) Update(w Window) float64 {
 	return lim
 }
 
-func (a *watertightAlg) push(d time.Duration) {
-	if len(a.mins) < cap(a.mins) {
-		a.mins = append(a.mins, d)
-		return
-	}
-	a.mins[a.pos] = d
-	a.pos = (a.pos + 1) % len(a.mins)
+// relearn restarts the baseline from one window's mean latency.
+func (a *watertightAlg) relearn(m time.Duration) {
+	a.means, a.pos = a.means[:0], 0
+	a.push(m)
 }
 
-func (a *watertightAlg) baseline() time.Duration {
-	var m time.Duration
-	for i, d := range a.mins {
-		if i == 0 || d < m {
-			m = d
-		}
+func (a *watertightAlg) push(d time.Duration) {
+	if len(a.means) < cap(a.means) {
+		a.means = append(a.means, d)
+	} else {
+		a.means[a.pos] = d
+		a.pos = (a.pos + 1) % len(a.means)
 	}
-	return m
+	a.sort = append(a.sort[:0], a.means...)
+	slices.Sort(a.sort)
+	a.base = a.sort[(len(a.sort)-1)/4]
 }

@@ -70,7 +70,10 @@ type Config struct {
 	// Clock, if not nil, is the limiter's clock: the time since some fixed
 	// instant. It is read once per window (and by Enter and Exit, to
 	// measure latency). For simulations on virtual time; nil means the
-	// monotonic clock.
+	// monotonic clock. A limiter with a Clock also judges its windows at
+	// the same calls on every run (its window counters are not striped
+	// over cores, which would make the calls that look at the window depend
+	// on where goroutine stacks lie), so a seeded simulation repeats.
 	Clock func() time.Duration
 	// Listener, if not nil, receives an EventLimitChanged whenever a window
 	// changes the limit (Reason the algorithm, Delay the window's mean
@@ -144,6 +147,7 @@ type Limiter struct {
 	win   atomic.Pointer[window]
 
 	upd      sync.Mutex // serialises the algorithm's Update
+	cellMask uint64     // windowCells-1, or 0 with a Clock: see newLimiter
 	applying atomic.Bool
 	dirty    atomic.Bool // the limit changed since the gate was last told
 	changes  atomic.Uint64
@@ -242,7 +246,13 @@ func newLimiter(c Config, g Gate) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{name: c.Name, cfg: c, gate: g, epoch: time.Now()}
+	l := &Limiter{name: c.Name, cfg: c, gate: g, epoch: time.Now(), cellMask: windowCells - 1}
+	if c.Clock != nil {
+		// A simulation: one cell, so that its windows close at the same
+		// calls on every run (which cell a call adds to depends on where
+		// its goroutine's stack happens to be).
+		l.cellMask = 0
+	}
 	l.alg.Store(&alg)
 	l.set.Store(&settings{MinLimit: c.MinLimit, MaxLimit: c.MaxLimit, WindowSamples: c.WindowSamples, MinWindow: c.MinWindow})
 	l.errLim = ErrLimited
@@ -356,7 +366,7 @@ func (p Permit) Ignore() {
 func (l *Limiter) sample(lat int64, dl int64) {
 	w := l.win.Load()
 	var probe byte
-	c := &w.cells[stripe.Hash(uintptr(unsafe.Pointer(&probe)), 0)>>(64-3)]
+	c := &w.cells[stripe.Hash(uintptr(unsafe.Pointer(&probe)), 0)>>(64-3)&l.cellMask]
 	if lat >= 0 {
 		c.sumLat.Add(lat)
 		if lat < w.minLat.Load() {
