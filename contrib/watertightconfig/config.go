@@ -246,6 +246,9 @@ var kwHedges = map[string]int{"off": -1}
 // defaults.
 var algorithms = map[string]func() limit.Algorithm{
 	"watertight": func() limit.Algorithm { return limit.NewDefault(limit.DefaultOptions{}) },
+	"aimd":       func() limit.Algorithm { return limit.NewAIMD(limit.AIMDOptions{}) },
+	"vegas":      func() limit.Algorithm { return limit.NewVegas(limit.VegasOptions{}) },
+	"gradient2":  func() limit.Algorithm { return limit.NewGradient2(limit.Gradient2Options{}) },
 }
 
 // algorithmNames lists the algorithms, the default first.

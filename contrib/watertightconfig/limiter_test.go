@@ -76,7 +76,7 @@ func TestLimiterErrors(t *testing.T) {
 		"  d: {max_waiters: 3}\n"))
 	got := err.Error()
 	for _, want := range []string{
-		`test.yaml:2: limiters.a.algorithm: must be one of watertight`,
+		`test.yaml:2: limiters.a.algorithm: must be one of watertight, aimd, gradient2, vegas, got "netflix"`,
 		`test.yaml:2: limiters.a.min_limit: must be > 0, got 0`,
 		`test.yaml:3: limiters.b.min_limit: must be <= max_limit (10), got 50`,
 		`test.yaml:4: limiters.c.initial_limit: must be in [min_limit, max_limit] ([10, 1000]), got 5`,
