@@ -383,3 +383,48 @@ func TestAlgorithmOptionsError(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 }
+
+// Ten thousand goroutines at once, a third of them cancelled while they
+// wait, the limit moving under them: no permit is lost or made, and
+// nothing is held or waiting at the end.
+func TestTenThousandGoroutines(t *testing.T) {
+	var n atomic.Int64
+	l := newLimiter(t, limit.Config{
+		InitialLimit: 16, MinLimit: 4, MaxLimit: 64, WindowSamples: 20, MinWindow: -1, MaxWait: -1,
+		Algorithm: func() limit.Algorithm { return &counting{n: &n} },
+	})
+	var held, over atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 10000 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if g%3 == 0 {
+				go cancel() // cancelled while it waits, or before
+			}
+			p, err := l.Acquire(ctx)
+			if err != nil {
+				return
+			}
+			if h := held.Add(1); h > 64 {
+				over.Add(1)
+			}
+			held.Add(-1)
+			if g%2 == 0 {
+				p.Done(time.Microsecond)
+			} else {
+				p.Drop()
+			}
+		}()
+	}
+	wg.Wait()
+	s := l.Snapshot()
+	if s.InFlight != 0 || s.Waiting != 0 || over.Load() != 0 || s.Limit < 4 || s.Limit > 64 {
+		t.Fatalf("after 10k goroutines: %+v, %d admissions above MaxLimit", s, over.Load())
+	}
+	if s.Acquired == 0 || s.Windows == 0 {
+		t.Fatalf("nothing measured: %+v", s)
+	}
+}
