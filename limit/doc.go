@@ -14,6 +14,13 @@
 // measurements go to an Algorithm, whose answer, clamped to [MinLimit,
 // MaxLimit], is the new limit.
 //
+// # Partitions
+//
+// NewPartitioned shares one adaptive limit between partitions of the
+// traffic (criticalities, tenants): each is guaranteed its share and
+// borrows what the others leave unused, so under overload the partitions
+// with small shares give way first.
+//
 // # Algorithms
 //
 // NewDefault, watertight's own, is the default. AIMD, Vegas and Gradient2,
