@@ -766,6 +766,9 @@ func adResult(p adParams, by map[string]map[string]*adRunResult, took time.Durat
 				lo, hi = min(lo, s.limit), max(hi, s.limit)
 			}
 		}
+		if lo > hi {
+			return "no sample in the band's span (it settled only after it)"
+		}
 		return fmt.Sprintf("limit %d–%d", lo, hi)
 	}
 	at3 := "ramp-3x"
