@@ -10,7 +10,8 @@
 // A benchmark named BenchmarkGroup/sub-N (N is GOMAXPROCS) belongs to group
 // Group. Groups and rows keep the order in which they first appear. The
 // reference of a group is its sub-benchmark named "watertight"; a group
-// without one shows no ratios.
+// without one shows no ratios. A nested sub-benchmark, peer/variant, is
+// compared with watertight/variant.
 package main
 
 import (
@@ -168,10 +169,19 @@ func write(w io.Writer, groups []*group) {
 			}
 			ns, ok := median(s.ns)
 			nsText, ratio := "–", "–"
+			r, rok := ref, hasRef
+			if _, rest, nested := strings.Cut(sub, "/"); nested {
+				// peer/variant is compared with watertight/variant.
+				r, rok = 0, false
+				if rs := g.data[reference+"/"+rest]; rs != nil {
+					r, rok = median(rs.ns)
+					rok = rok && r > 0
+				}
+			}
 			if ok {
 				nsText = formatNs(ns)
-				if hasRef {
-					ratio = strconv.FormatFloat(ns/ref, 'f', 2, 64) + "×"
+				if rok {
+					ratio = strconv.FormatFloat(ns/r, 'f', 2, 64) + "×"
 				}
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s |\n",

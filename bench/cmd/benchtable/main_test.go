@@ -75,3 +75,27 @@ BenchmarkGRPCUnaryOverhead/watertight-2   	    9070	    348422 ns/op	    169433 
 		t.Errorf("output lacks %q:\n%s", want, b.String())
 	}
 }
+
+// A nested sub-benchmark is compared with watertight's of the same variant.
+func TestNestedReference(t *testing.T) {
+	in := `BenchmarkLimiter/watertight/sequential-2   	 100	        80 ns/op	       0 B/op	       0 allocs/op
+BenchmarkLimiter/watertight/parallel-2     	 100	        64 ns/op	       0 B/op	       0 allocs/op
+BenchmarkLimiter/failsafe-go/sequential-2  	 100	       200 ns/op	      96 B/op	       1 allocs/op
+BenchmarkLimiter/failsafe-go/parallel-2    	 100	       256 ns/op	      96 B/op	       1 allocs/op
+`
+	groups, err := parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	write(&b, groups)
+	for _, want := range []string{
+		"| watertight/parallel | 64.0 | 0 | 0 | 1 | 1.00× |",
+		"| failsafe-go/sequential | 200 | 96 | 1 | 1 | 2.50× |",
+		"| failsafe-go/parallel | 256 | 96 | 1 | 1 | 4.00× |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, b.String())
+		}
+	}
+}
