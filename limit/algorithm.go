@@ -14,6 +14,11 @@ type Window struct {
 	// Waiting is the number of callers queued for a permit when the window
 	// closed.
 	Waiting int
+	// Refused is the number of calls refused at the limit during the
+	// window: a limit that refuses nobody and has nobody waiting is not
+	// what holds the traffic back. A Limiter counts its own; a Controller
+	// cannot see its gate's refusals, and reports zero.
+	Refused int
 	// Samples counts the calls that ended with a measured latency (Done);
 	// Drops the calls that ended in a drop (Drop: a timeout, an overload
 	// answer, a deadline that ran out in the dependency).

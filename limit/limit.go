@@ -146,14 +146,15 @@ type Limiter struct {
 	limit atomic.Int64
 	win   atomic.Pointer[window]
 
-	upd      sync.Mutex // serialises the algorithm's Update
-	cellMask uint64     // windowCells-1, or 0 with a Clock: see newLimiter
-	applying atomic.Bool
-	dirty    atomic.Bool // the limit changed since the gate was last told
-	changes  atomic.Uint64
-	windows  atomic.Uint64
-	last     atomic.Pointer[Window]
-	errLim   error
+	upd          sync.Mutex    // serialises the algorithm's Update
+	cellMask     uint64        // windowCells-1, or 0 with a Clock: see newLimiter
+	lastRejected atomic.Uint64 // the bulkhead's Rejected when the last window was judged
+	applying     atomic.Bool
+	dirty        atomic.Bool // the limit changed since the gate was last told
+	changes      atomic.Uint64
+	windows      atomic.Uint64
+	last         atomic.Pointer[Window]
+	errLim       error
 }
 
 // window accumulates one window's measurements. A full window is swapped
@@ -433,9 +434,14 @@ func (l *Limiter) judge(w *window) {
 		return
 	}
 	inFlight, waiting := l.gate.Load()
+	var refused int
+	if l.bh != nil {
+		r := l.bh.Snapshot().Rejected
+		refused = int(r - l.lastRejected.Swap(r))
+	}
 	cur := int(l.limit.Load())
 	out := Window{
-		Limit: cur, InFlight: inFlight, Waiting: waiting,
+		Limit: cur, InFlight: inFlight, Waiting: waiting, Refused: refused,
 		Drops: int(drops), Samples: int(events - drops),
 	}
 	if out.Samples > 0 {

@@ -428,3 +428,21 @@ func TestTenThousandGoroutines(t *testing.T) {
 		t.Fatalf("nothing measured: %+v", s)
 	}
 }
+
+// A window counts the calls the limit refused while it was open.
+func TestWindowRefused(t *testing.T) {
+	alg := &fixed{next: 1}
+	l := newLimiter(t, limit.Config{InitialLimit: 1, MaxLimit: 1, WindowSamples: 1, MinWindow: -1, Algorithm: func() limit.Algorithm { return alg }})
+	p, _ := l.TryAcquire()
+	for range 3 {
+		if _, ok := l.TryAcquire(); ok {
+			t.Fatal("admitted above the limit")
+		}
+	}
+	p.Done(time.Millisecond)
+	p, _ = l.TryAcquire()
+	p.Done(time.Millisecond)
+	if len(alg.seen) != 2 || alg.seen[0].Refused != 3 || alg.seen[1].Refused != 0 {
+		t.Fatalf("windows %+v, want 3 refused in the first and none in the second", alg.seen)
+	}
+}
