@@ -3,6 +3,8 @@ package limit
 import (
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/internal/keyed"
@@ -31,7 +33,9 @@ type RegistryConfig struct {
 // with ErrTooManyKeys. A Registry is safe for concurrent use; Get on a key
 // already held takes no lock.
 type Registry struct {
-	m *keyed.Map[*Limiter]
+	m    *keyed.Map[*Limiter]
+	live atomic.Pointer[Config] // what limiters are made from; Reconfigure replaces it
+	mu   sync.Mutex             // serialises Reconfigure
 }
 
 // NewRegistry returns a Registry for cfg, or the error New would return for
@@ -47,9 +51,11 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 	case maxKeys < 0:
 		maxKeys = -1
 	}
+	r := &Registry{}
 	c := cfg.Config
+	r.live.Store(&c)
 	create := func(key string) (*Limiter, error) {
-		kc := c
+		kc := *r.live.Load()
 		kc.Name = key
 		return New(kc)
 	}
@@ -57,7 +63,35 @@ func NewRegistry(cfg RegistryConfig) (*Registry, error) {
 		s := l.bh.Snapshot()
 		return s.Active == 0 && s.Waiting == 0
 	}
-	return &Registry{m: keyed.New(maxKeys, create, idle)}, nil
+	r.m = keyed.New(maxKeys, create, idle)
+	return r, nil
+}
+
+// Reconfigure applies cfg to every limiter the registry holds
+// (Limiter.Reconfigure: permits in flight and waiters kept) and to the
+// ones it makes from now on. A nil cfg.Algorithm keeps each limiter's
+// algorithm and what it has learnt, and the registry's algorithm for new
+// keys; a non-nil one replaces both. cfg is validated as New does; an
+// invalid one is an error and changes nothing.
+func (r *Registry) Reconfigure(cfg Config) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := cfg
+	if next.Algorithm == nil {
+		next.Algorithm = r.live.Load().Algorithm
+	}
+	if _, err := New(next); err != nil {
+		return err
+	}
+	r.live.Store(&next)
+	var first error
+	r.m.Range(func(_ string, l *Limiter) bool {
+		if err := l.Reconfigure(cfg); err != nil && first == nil {
+			first = err
+		}
+		return true
+	})
+	return first
 }
 
 // Get returns key's Limiter, creating it on first use.

@@ -41,3 +41,29 @@ func TestRegistry(t *testing.T) {
 		t.Fatal("a bad Config was accepted")
 	}
 }
+
+// Reconfigure reaches every limiter held and the ones made later; a nil
+// Algorithm keeps what each has learnt.
+func TestRegistryReconfigure(t *testing.T) {
+	alg := &fixed{next: 30}
+	r, err := limit.NewRegistry(limit.RegistryConfig{Config: limit.Config{InitialLimit: 10, WindowSamples: 1, MinWindow: -1, Algorithm: func() limit.Algorithm { return alg }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := r.Get("a")
+	p, _ := a.TryAcquire()
+	p.Done(0) // the algorithm moves a to 30
+	if err := r.Reconfigure(limit.Config{MaxLimit: 20, WindowSamples: 1, MinWindow: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if a.Limit() != 20 || a.Snapshot().Algorithm != "fixed" {
+		t.Fatalf("held limiter after lowering MaxLimit: %+v", a.Snapshot())
+	}
+	b, _ := r.Get("b")
+	if s := b.Snapshot(); s.Algorithm != "fixed" || s.Limit != 20 {
+		t.Fatalf("a new key after Reconfigure: %+v, want the kept algorithm and the new bound", s)
+	}
+	if err := r.Reconfigure(limit.Config{MinLimit: 5, MaxLimit: 2}); err == nil {
+		t.Fatal("a bad Config was accepted")
+	}
+}

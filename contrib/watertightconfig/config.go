@@ -117,7 +117,11 @@ type Limiter struct {
 	// Algorithm names the limiter's algorithm: "watertight" (the
 	// default), "aimd", "vegas" or "gradient2", each with its defaults.
 	Algorithm string
-	src       source
+	// MaxKeys bounds a keyed registry built from this limiter
+	// (Registry.LimiterRegistry: one limiter per host or endpoint); -1
+	// means no bound. Default limit.DefaultMaxKeys.
+	MaxKeys int
+	src     source
 }
 
 // Timeout is a named timeout of a File.
@@ -280,13 +284,14 @@ var limiterFields = []field[Limiter]{
 	enumField("queue_order", queueOrders, func(l *Limiter, i int) { l.Config.QueueOrder = bulkhead.QueueOrder(i) }),
 	intField("window_samples", 1, maxInt, nil, func(l *Limiter) *int { return &l.Config.WindowSamples }),
 	durField("min_window", 1, kwTimeout, func(l *Limiter) *time.Duration { return &l.Config.MinWindow }),
+	intField("max_keys", 1, maxInt, kwKeys, func(l *Limiter) *int { return &l.MaxKeys }),
 }
 
 var limiterKind = kind[Limiter]{
 	name:   "limiters",
 	fields: limiterFields,
 	init: func() Limiter {
-		return Limiter{Algorithm: "watertight", Config: limit.Config{
+		return Limiter{Algorithm: "watertight", MaxKeys: limit.DefaultMaxKeys, Config: limit.Config{
 			InitialLimit: limit.DefaultInitialLimit, MinLimit: limit.DefaultMinLimit, MaxLimit: limit.DefaultMaxLimit,
 			WindowSamples: limit.DefaultWindowSamples, MinWindow: limit.DefaultMinWindow,
 		}}

@@ -46,7 +46,7 @@ func FuzzParse(f *testing.F) {
 		"budgets: {b: {ratio: 1e-4%}}",
 		"breakers: {a: {failure_rate_threshold: 1e-12}}",
 		"breakers: {a: {open_jitter: 0}, b: {open_jitter: 25%}, c: {}}",
-		"limiters: {a: {algorithm: watertight, initial_limit: 5, min_limit: 2, max_limit: 9, max_wait: 10ms, max_waiters: 4, queue_order: newest_first, window_samples: 3, min_window: off}, b: {}}",
+		"limiters: {a: {algorithm: watertight, initial_limit: 5, min_limit: 2, max_limit: 9, max_wait: 10ms, max_waiters: 4, queue_order: newest_first, window_samples: 3, min_window: off, max_keys: unlimited}, b: {max_keys: 3}}",
 		"bulkheads: {a: {max_wait: 1s, max_waiters: 3, queue_order: newest_first}, b: {max_waiters: unlimited, max_wait: unlimited}}",
 		"retries: {a: {concurrency: c}}\nconcurrency_budgets: {c: {percent: 20%, min_concurrency: 0}, d: {percent: off, min_concurrency: 2}}",
 		"breakers: {a: {consecutive_failures: 5, failure_rate_threshold: off, open_duration: 0s, half_open_calls: 2, half_open_successes: 2}}",

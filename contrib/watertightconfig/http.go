@@ -17,6 +17,9 @@ type TransportNames struct {
 	// Retry names the retry policy (TransportConfig.Retry, through
 	// RetryConfig). Empty means no retries: MaxAttempts 1.
 	Retry string
+	// Limiter names the adaptive limiter whose configuration every key's
+	// limiter takes (TransportConfig.Limiters, through LimiterRegistry).
+	Limiter string
 }
 
 // TransportConfig returns a watertighthttp.TransportConfig whose
@@ -40,6 +43,11 @@ func (r *Registry) TransportConfig(n TransportNames) (watertighthttp.TransportCo
 	}
 	if n.Bulkhead != "" {
 		if tc.Bulkheads, err = r.BulkheadRegistry(n.Bulkhead); err != nil {
+			return tc, err
+		}
+	}
+	if n.Limiter != "" {
+		if tc.Limiters, err = r.LimiterRegistry(n.Limiter); err != nil {
 			return tc, err
 		}
 	}

@@ -1,6 +1,7 @@
 package watertightconfig
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,5 +86,42 @@ func TestLimiterErrors(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in\n%s", want, got)
 		}
+	}
+}
+
+// A keyed limiter registry from the file: one limiter per key, handed to a
+// Transport by name, reconfigured in place by a reload that keeps
+// max_keys, rebuilt by one that changes it.
+func TestLimiterRegistry(t *testing.T) {
+	src := "limiters:\n  up: {initial_limit: 8, max_limit: 50, max_keys: 10}\n"
+	r := r0(t, mustParse(t, src))
+	reg, err := r.LimiterRegistry("up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := reg.Get("a")
+	if a.Limit() != 8 || a.Name() != "a" {
+		t.Fatalf("keyed limiter %q at %d", a.Name(), a.Limit())
+	}
+	tc, err := r.TransportConfig(TransportNames{Limiter: "up"})
+	if err != nil || tc.Limiters != reg {
+		t.Fatalf("TransportConfig: %v (same registry: %v)", err, tc.Limiters == reg)
+	}
+	ch, err := r.Reload(mustParse(t, strings.Replace(src, "initial_limit: 8, max_limit: 50", "initial_limit: 2, max_limit: 5", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := r.LimiterRegistry("up"); again != reg || a.Limit() != 5 {
+		t.Fatalf("after lowering max_limit: same registry %v, limit %d (changes %+v)", again == reg, a.Limit(), ch)
+	}
+	ch, err = r.Reload(mustParse(t, strings.Replace(src, "max_keys: 10", "max_keys: 20", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := r.LimiterRegistry("up"); again == reg || !slices.Contains(ch.Rebuilt, "limiters.up.keyed") {
+		t.Fatalf("after changing max_keys: same registry %v, changes %+v", again == reg, ch)
+	}
+	if _, err := r.LimiterRegistry("nope"); err == nil {
+		t.Fatal("an unknown name was found")
 	}
 }

@@ -200,8 +200,9 @@ type hedgeEntry struct {
 }
 
 type limiterEntry struct {
-	spec Limiter
-	l    *limit.Limiter
+	spec  Limiter
+	l     *limit.Limiter
+	keyed *lazyKeyed[limit.Config, *limit.Registry]
 }
 
 type timeoutEntry struct {
@@ -464,7 +465,7 @@ func (r *Registry) build(old *state, f *File) (_ *state, _ Changes, apply []func
 	}
 	st.limiters, err = reuse(old.limiters, f.Limiters, "limiters", &ch,
 		func(o *limiterEntry, s Limiter) bool {
-			return o.spec.Algorithm == s.Algorithm && reflect.DeepEqual(o.spec.Config, s.Config)
+			return o.spec.Algorithm == s.Algorithm && o.spec.MaxKeys == s.MaxKeys && reflect.DeepEqual(o.spec.Config, s.Config)
 		},
 		func(name string, o *limiterEntry, s Limiter) (*limiterEntry, error) {
 			if s.Config.QueueOrder != o.spec.Config.QueueOrder {
@@ -474,26 +475,53 @@ func (r *Registry) build(old *state, f *File) (_ *state, _ Changes, apply []func
 			if _, err := limit.New(c); err != nil {
 				return nil, fmt.Errorf("config: limiters.%s: %w", name, err)
 			}
+			live := c
 			if s.Algorithm == o.spec.Algorithm {
-				c.Algorithm = nil // keep the algorithm and what it has learnt
+				live.Algorithm = nil // keep the algorithm and what it has learnt
 			}
 			apply = append(apply, func() []string {
-				_ = o.l.Reconfigure(c) // validated above
-				return nil
+				_ = o.l.Reconfigure(live) // validated above
+				// The keyed registry keeps its limiters: Reconfigure.
+				return keyedRebuilt("limiters."+name, setLimiters(o.keyed, live, c, s.MaxKeys))
 			})
-			return &limiterEntry{spec: s, l: o.l}, nil
+			return &limiterEntry{spec: s, l: o.l, keyed: o.keyed}, nil
 		},
-		func(name string, s Limiter) (*limiterEntry, error) {
-			l, err := limit.New(r.limiterConfig(name, s))
-			if err != nil {
-				return nil, fmt.Errorf("config: limiters.%s: %w", name, err)
-			}
-			return &limiterEntry{spec: s, l: l}, nil
-		})
+		r.newLimiter)
 	if err != nil {
 		return nil, ch, nil, err
 	}
 	return st, ch, apply, nil
+}
+
+func (r *Registry) newLimiter(name string, s Limiter) (*limiterEntry, error) {
+	c := r.limiterConfig(name, s)
+	l, err := limit.New(c)
+	if err != nil {
+		return nil, fmt.Errorf("config: limiters.%s: %w", name, err)
+	}
+	return &limiterEntry{spec: s, l: l, keyed: newLazyKeyed(c, s.MaxKeys, func(c limit.Config, maxKeys int) (*limit.Registry, error) {
+		return limit.NewRegistry(limit.RegistryConfig{Config: c, MaxKeys: maxKeys})
+	})}, nil
+}
+
+// setLimiters is lazyKeyed.set for a keyed limiter registry: a built
+// registry is reconfigured with live (whose nil Algorithm keeps what its
+// limiters have learnt), and full (the algorithm's constructor included) is
+// what a registry built later starts from.
+func setLimiters(l *lazyKeyed[limit.Config, *limit.Registry], live, full limit.Config, maxKeys int) (dropped bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sameKeys := maxKeys == l.maxKeys
+	l.cfg, l.maxKeys = full, maxKeys
+	p := l.reg.Load()
+	if p == nil {
+		return false
+	}
+	if sameKeys && (*p).Reconfigure(live) == nil {
+		return false
+	}
+	l.reg.Store(nil)
+	return true
 }
 
 func (r *Registry) limiterConfig(name string, s Limiter) limit.Config {
@@ -507,6 +535,21 @@ func (r *Registry) limiterConfig(name string, s Limiter) limit.Config {
 		r.opts.Limiter(name, &c)
 	}
 	return c
+}
+
+// LimiterRegistry returns a keyed limit.Registry whose limiters (one per
+// key: a host, an endpoint) all take the configuration of the limiter
+// named name, and its max_keys; built on first use, and kept across
+// reloads that change the limiter (each keyed limiter is reconfigured in
+// place, keeping what it has learnt unless the algorithm changed) or
+// rebuilt when max_keys changed (Changes.Rebuilt names
+// "limiters.<name>.keyed").
+func (r *Registry) LimiterRegistry(name string) (*limit.Registry, error) {
+	m := r.st.Load().limiters
+	if e, ok := m[name]; ok {
+		return e.keyed.get()
+	}
+	return nil, notFound("limiter", name, m)
 }
 
 // Limiter returns the adaptive concurrency limiter named name (section

@@ -136,6 +136,7 @@ func (f *File) Write(w io.Writer) error {
 			field(s, "queue_order", c.QueueOrder.String())
 			o.field(s, "window_samples", strconv.Itoa(c.WindowSamples))
 			o.field(s, "min_window", durOr(c.MinWindow, c.MinWindow < 0, "off"))
+			o.field(s, "max_keys", keys(l.MaxKeys))
 		}
 	}
 	return o.flush(w)
