@@ -248,6 +248,16 @@ func (m *Metrics) AddLimiter(l *limit.Limiter) (remove func()) {
 	return m.sources.Add(sources.Limiter, &sources.Source{Name: l.Name(), Limiter: l})
 }
 
+// AddLimiterRegistry watches every limiter r holds at collection time,
+// under the given name, each with its key. It returns a function that
+// stops watching r. A nil r is ignored.
+func (m *Metrics) AddLimiterRegistry(name string, r *limit.Registry) (remove func()) {
+	if r == nil {
+		return noop
+	}
+	return m.sources.Add(sources.Limiter, &sources.Source{Name: name, Limiters: r})
+}
+
 // observe is the callback: it reads every source and the event counts.
 func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
 	for _, s := range m.sources.List() {
@@ -280,16 +290,20 @@ func (m *Metrics) observeSource(o metric.Observer, s *sources.Source) {
 	case s.Hedge != nil:
 		m.observeHedge(o, s.Name, s.Hedge.Snapshot())
 	case s.Limiter != nil:
-		m.observeLimiter(o, s.Name, s.Limiter.Snapshot())
+		m.observeLimiter(o, s.Name, "", s.Limiter.Snapshot())
+	case s.Limiters != nil:
+		for _, snap := range s.Limiters.Snapshots() {
+			m.observeLimiter(o, s.Name, snap.Name, snap)
+		}
 	}
 }
 
 var attrStat = attribute.Key("stat")
 
-func (m *Metrics) observeLimiter(o metric.Observer, name string, s limit.Snapshot) {
-	name = validUTF8(name)
+func (m *Metrics) observeLimiter(o metric.Observer, name, key string, s limit.Snapshot) {
+	name, key = validUTF8(name), validUTF8(key)
 	in := &m.inst
-	n := metric.WithAttributeSet(attribute.NewSet(AttrName.String(name)))
+	n := metric.WithAttributeSet(attribute.NewSet(AttrName.String(name), AttrKey.String(key)))
 	o.ObserveInt64(in.limiterLimit, int64(s.Limit), n)
 	o.ObserveInt64(in.limiterInFlight, int64(s.InFlight), n)
 	o.ObserveInt64(in.limiterWaiting, int64(s.Waiting), n)
@@ -301,7 +315,7 @@ func (m *Metrics) observeLimiter(o metric.Observer, name string, s limit.Snapsho
 		stat string
 		d    time.Duration
 	}{{"min", s.Last.MinLatency}, {"mean", s.Last.MeanLatency}, {"max", s.Last.MaxLatency}} {
-		o.ObserveFloat64(in.limiterLatency, st.d.Seconds(), metric.WithAttributeSet(attribute.NewSet(AttrName.String(name), attrStat.String(st.stat))))
+		o.ObserveFloat64(in.limiterLatency, st.d.Seconds(), metric.WithAttributeSet(attribute.NewSet(AttrName.String(name), AttrKey.String(key), attrStat.String(st.stat))))
 	}
 }
 

@@ -208,6 +208,16 @@ func (c *Collector) AddLimiter(l *limit.Limiter) (remove func()) {
 	return c.sources.Add(sources.Limiter, &sources.Source{Name: l.Name(), Limiter: l})
 }
 
+// AddLimiterRegistry watches every limiter r holds at scrape time, under
+// the given name, each with its key. It returns a function that stops
+// watching r. A nil r is ignored.
+func (c *Collector) AddLimiterRegistry(name string, r *limit.Registry) (remove func()) {
+	if r == nil {
+		return noop
+	}
+	return c.sources.Add(sources.Limiter, &sources.Source{Name: name, Limiters: r})
+}
+
 // Describe implements prometheus.Collector. The Collector's metrics and
 // their labels are fixed, whatever sources it watches, so it describes them
 // all.
@@ -251,22 +261,26 @@ func (c *Collector) collectSource(ch chan<- prometheus.Metric, s *sources.Source
 	case s.Hedge != nil:
 		c.collectHedge(ch, s.Name, s.Hedge.Snapshot())
 	case s.Limiter != nil:
-		c.collectLimiter(ch, s.Name, s.Limiter.Snapshot())
+		c.collectLimiter(ch, s.Name, "", s.Limiter.Snapshot())
+	case s.Limiters != nil:
+		for _, snap := range s.Limiters.Snapshots() {
+			c.collectLimiter(ch, s.Name, snap.Name, snap)
+		}
 	}
 }
 
-func (c *Collector) collectLimiter(ch chan<- prometheus.Metric, name string, s limit.Snapshot) {
+func (c *Collector) collectLimiter(ch chan<- prometheus.Metric, name, key string, s limit.Snapshot) {
 	d := &c.d
-	gauge(ch, d.limiterLimit, float64(s.Limit), name)
-	gauge(ch, d.limiterInFlight, float64(s.InFlight), name)
-	gauge(ch, d.limiterWaiting, float64(s.Waiting), name)
-	counter(ch, d.limiterRejected, float64(s.Rejected), name)
-	counter(ch, d.limiterAcquired, float64(s.Acquired), name)
-	counter(ch, d.limiterChanges, float64(s.Changes), name)
-	gauge(ch, d.limiterLatency, s.Last.MinLatency.Seconds(), name, "min")
-	gauge(ch, d.limiterLatency, s.Last.MeanLatency.Seconds(), name, "mean")
-	gauge(ch, d.limiterLatency, s.Last.MaxLatency.Seconds(), name, "max")
-	gauge(ch, d.limiterDrops, float64(s.Last.Drops), name)
+	gauge(ch, d.limiterLimit, float64(s.Limit), name, key)
+	gauge(ch, d.limiterInFlight, float64(s.InFlight), name, key)
+	gauge(ch, d.limiterWaiting, float64(s.Waiting), name, key)
+	counter(ch, d.limiterRejected, float64(s.Rejected), name, key)
+	counter(ch, d.limiterAcquired, float64(s.Acquired), name, key)
+	counter(ch, d.limiterChanges, float64(s.Changes), name, key)
+	gauge(ch, d.limiterLatency, s.Last.MinLatency.Seconds(), name, key, "min")
+	gauge(ch, d.limiterLatency, s.Last.MeanLatency.Seconds(), name, key, "mean")
+	gauge(ch, d.limiterLatency, s.Last.MaxLatency.Seconds(), name, key, "max")
+	gauge(ch, d.limiterDrops, float64(s.Last.Drops), name, key)
 }
 
 var circuitStates = [...]circuit.State{circuit.Closed, circuit.Open, circuit.HalfOpen, circuit.ForcedOpen, circuit.Disabled, circuit.MetricsOnly}

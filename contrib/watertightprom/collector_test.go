@@ -603,10 +603,25 @@ func TestLimiter(t *testing.T) {
 	held, _ := l.TryAcquire()
 	defer held.Ignore()
 	want(t, scrape(t, c), map[string]float64{
-		`watertight_limiter_limit{name="api"}`:                             2,
-		`watertight_limiter_in_flight{name="api"}`:                         1,
-		`watertight_limiter_acquired_total{name="api"}`:                    3,
-		`watertight_limiter_window_drops{name="api"}`:                      1,
-		`watertight_limiter_window_latency_seconds{name="api",stat="min"}`: 0.002,
+		`watertight_limiter_limit{key="",name="api"}`:                             2,
+		`watertight_limiter_in_flight{key="",name="api"}`:                         1,
+		`watertight_limiter_acquired_total{key="",name="api"}`:                    3,
+		`watertight_limiter_window_drops{key="",name="api"}`:                      1,
+		`watertight_limiter_window_latency_seconds{key="",name="api",stat="min"}`: 0.002,
+	})
+	// A keyed registry: one series per key.
+	reg, err := limit.NewRegistry(limit.RegistryConfig{Config: limit.Config{InitialLimit: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AddLimiterRegistry("upstreams", reg)
+	a, _ := reg.Get("a.example")
+	pa, _ := a.TryAcquire()
+	defer pa.Ignore()
+	_, _ = reg.Get("b.example")
+	want(t, scrape(t, c), map[string]float64{
+		`watertight_limiter_limit{key="a.example",name="upstreams"}`:     3,
+		`watertight_limiter_in_flight{key="a.example",name="upstreams"}`: 1,
+		`watertight_limiter_in_flight{key="b.example",name="upstreams"}`: 0,
 	})
 }

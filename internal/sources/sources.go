@@ -40,6 +40,7 @@ type Source struct {
 	Throttler *budget.Throttler
 	Hedge     *hedge.Policy
 	Limiter   *limit.Limiter
+	Limiters  *limit.Registry
 }
 
 type id struct {
