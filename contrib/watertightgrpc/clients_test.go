@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/contrib/internal/eventcount"
 	"github.com/watertight-go/watertight/deadline"
-	"github.com/watertight-go/watertight/internal/eventcount"
 
 	watertightgrpc "github.com/watertight-go/watertight/contrib/watertightgrpc"
 )

@@ -17,9 +17,9 @@ import (
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/contrib/internal/eventcount"
 	"github.com/watertight-go/watertight/deadline"
 	"github.com/watertight-go/watertight/internal/admission"
-	"github.com/watertight-go/watertight/internal/eventcount"
 	"github.com/watertight-go/watertight/internal/keyed"
 	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/watertighthttp"

@@ -5,7 +5,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/watertight-go/watertight"
-	"github.com/watertight-go/watertight/internal/eventcount"
+	"github.com/watertight-go/watertight/contrib/internal/eventcount"
 )
 
 // OnEvent implements watertight.Listener: it counts e under its kind, source,

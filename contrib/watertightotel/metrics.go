@@ -17,9 +17,9 @@ import (
 	"github.com/watertight-go/watertight/budget"
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
+	"github.com/watertight-go/watertight/contrib/internal/eventcount"
+	"github.com/watertight-go/watertight/contrib/internal/sources"
 	"github.com/watertight-go/watertight/hedge"
-	"github.com/watertight-go/watertight/internal/eventcount"
-	"github.com/watertight-go/watertight/internal/sources"
 	"github.com/watertight-go/watertight/limit"
 )
 

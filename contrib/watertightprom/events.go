@@ -3,7 +3,7 @@ package watertightprom
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/watertight-go/watertight"
-	"github.com/watertight-go/watertight/internal/eventcount"
+	"github.com/watertight-go/watertight/contrib/internal/eventcount"
 )
 
 // OnEvent implements watertight.Listener: it counts e under its kind, source,

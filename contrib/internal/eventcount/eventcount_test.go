@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/contrib/internal/eventcount"
 	"github.com/watertight-go/watertight/deadline"
-	"github.com/watertight-go/watertight/internal/eventcount"
 	"github.com/watertight-go/watertight/retry"
 	"github.com/watertight-go/watertight/watertighthttp"
 	"go.uber.org/goleak"

@@ -3,7 +3,7 @@ package sources_test
 import (
 	"testing"
 
-	"github.com/watertight-go/watertight/internal/sources"
+	"github.com/watertight-go/watertight/contrib/internal/sources"
 	"go.uber.org/goleak"
 )
 

@@ -1,0 +1,5 @@
+// Package internal holds what only the adapters in contrib/ share (the
+// metrics exporters' event counts and watched sources): it sits on the
+// adapters' floor, above the patterns it imports, as DESIGN.md §2 asks of
+// code that only exporters share. It is not API.
+package internal
