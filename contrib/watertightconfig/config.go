@@ -178,7 +178,7 @@ var breakerFields = []field[Breaker]{
 	durField("slow_call_duration", 1, kwOff, func(b *Breaker) *time.Duration { return &b.Config.SlowCallDuration }),
 	rateField("slow_call_rate_threshold", 0, 1, true, false, true, func(b *Breaker) *float64 { return &b.Config.SlowCallRateThreshold }),
 	boolField("count_saturation", func(b *Breaker) *bool { return &b.Config.CountSaturation }),
-	zeroDur(durField("open_duration", 0, nil, func(b *Breaker) *time.Duration { return &b.Config.OpenDuration }),
+	zeroMeans(durField("open_duration", 0, nil, func(b *Breaker) *time.Duration { return &b.Config.OpenDuration }),
 		func(b *Breaker) *time.Duration { return &b.Config.OpenDuration }, -1), // 0 in a file is no wait: circuit's negative
 	floatField("open_duration_multiplier", 1, math.MaxFloat64, false, nil, func(b *Breaker) *float64 { return &b.Config.OpenDurationMultiplier }),
 	durField("max_open_duration", 1, nil, func(b *Breaker) *time.Duration { return &b.Config.MaxOpenDuration }),
@@ -220,7 +220,7 @@ var retryFields = []field[Retry]{
 var concurrencyFields = []field[ConcurrencyBudget]{
 	offRate(rateField("percent", 0, 1, true, false, true, func(b *ConcurrencyBudget) *float64 { return &b.Config.Percent }),
 		func(b *ConcurrencyBudget) *float64 { return &b.Config.Percent }), // off: min_concurrency alone is the cap
-	zeroInt(intField("min_concurrency", 0, budget.MaxMinConcurrency, nil, func(b *ConcurrencyBudget) *int { return &b.Config.MinConcurrency }),
+	zeroMeans(intField("min_concurrency", 0, budget.MaxMinConcurrency, nil, func(b *ConcurrencyBudget) *int { return &b.Config.MinConcurrency }),
 		func(b *ConcurrencyBudget) *int { return &b.Config.MinConcurrency }, -1), // 0 in a file is no floor: the package's negative
 }
 

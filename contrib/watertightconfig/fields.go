@@ -100,33 +100,7 @@ func rateField[T any](key string, lo, hi float64, loOpen, hiOpen, percent bool, 
 // zeroMeans is f, where a zero read from the file is stored as v: for
 // fields whose real zero the Go Config spells negative (a zero there means
 // the default).
-func zeroMeans[T any](f field[T], ptr func(*T) *float64, v float64) field[T] {
-	set := f.set
-	f.set = func(n *yaml.Node, c *T) string {
-		msg := set(n, c)
-		if msg == "" && *ptr(c) == 0 {
-			*ptr(c) = v
-		}
-		return msg
-	}
-	return f
-}
-
-// zeroInt is zeroMeans for an integer field.
-func zeroInt[T any](f field[T], ptr func(*T) *int, v int) field[T] {
-	set := f.set
-	f.set = func(n *yaml.Node, c *T) string {
-		msg := set(n, c)
-		if msg == "" && *ptr(c) == 0 {
-			*ptr(c) = v
-		}
-		return msg
-	}
-	return f
-}
-
-// zeroDur is zeroMeans for a duration field.
-func zeroDur[T any](f field[T], ptr func(*T) *time.Duration, v time.Duration) field[T] {
+func zeroMeans[T any, V int | float64 | time.Duration](f field[T], ptr func(*T) *V, v V) field[T] {
 	set := f.set
 	f.set = func(n *yaml.Node, c *T) string {
 		msg := set(n, c)
