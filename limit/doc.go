@@ -14,6 +14,19 @@
 // measurements go to an Algorithm, whose answer, clamped to [MinLimit,
 // MaxLimit], is the new limit.
 //
+// # Keys, gates of your own, configuration
+//
+// Registry holds a Limiter per key (a host, an endpoint), bounded in keys;
+// watertighthttp.TransportConfig.Limiters takes one. Controller is the
+// deciding half of a Limiter for a Gate of the caller's own: the HTTP
+// Handler (HandlerConfig.Limit) and the gRPC server (ServerConfig.Limit)
+// use it to move their admission queues' limits. Limiter.Reconfigure and
+// Registry.Reconfigure change the settings in place, keeping the permits in
+// flight and what the algorithm has learnt; contrib/watertightconfig reads
+// them from a limiters: section. Errors name the field and the rule
+// (limit.New, NewController, NewPartitioned); invalid options of NewAIMD,
+// NewVegas and NewGradient2 come back as New's error.
+//
 // # Partitions
 //
 // NewPartitioned shares one adaptive limit between partitions of the
