@@ -1,7 +1,6 @@
 package limit
 
 import (
-	"math"
 	"slices"
 	"time"
 )
@@ -19,10 +18,10 @@ type DefaultOptions struct {
 	BaselineWindows int
 	// Alpha and Beta bound the estimated queue at the dependency (calls
 	// waiting there beyond its capacity, limit × (1 − baseline/latency)),
-	// as a fraction of the limit: below Alpha the limit grows, above Beta
-	// it shrinks towards capacity. Zero means 0.025 and 0.075, each at
-	// least 1 and 2 calls (a queue of a few calls is already 20% of a
-	// small limit).
+	// as a fraction of the limit: below Alpha the limit grows (by Alpha's
+	// worth of calls, at least one, per window), above Beta it shrinks
+	// towards capacity. Zero means 0.025 and 0.1, each at least 1 and 2
+	// calls (a queue of a few calls is already 20% of a small limit).
 	Alpha, Beta float64
 	// Backoff scales the limit down after a window in which more than 1%
 	// of the calls dropped (timeouts, overload answers: a single timeout
@@ -35,18 +34,23 @@ type DefaultOptions struct {
 // Config.Algorithm uses. Like Vegas it estimates the queue that builds up
 // at the dependency from the ratio of a no-load latency to the window's
 // mean latency, and keeps that queue small: while the queue is short and the
-// traffic uses the limit it grows the limit by one call, then faster (up to
-// its square root per window) for as long as the windows keep saying there
-// is no queue; when the queue is long it cuts half way to the estimated
+// traffic presses on the limit (it refused more than one call in twenty, or
+// callers wait, or the calls in flight fill it) it grows the limit by the
+// queue it tolerates (Alpha of the limit, at least one call: a step that the
+// noise of one window's mean cannot turn into a run of steps past
+// capacity); when the queue is long it cuts half way to the estimated
 // capacity plus a short queue. Unlike Vegas and Gradient2 it also acts on the signals
 // they ignore: drops and timeouts (multiplicative decrease, as AIMD), and
 // the callers' remaining deadlines (a latency that eats half the least
 // deadline left is queueing nobody can afford).
 //
 // Its baseline is the lower quartile of the mean latencies of recent
-// windows in which the traffic did not fill the limit (their latency is
-// the dependency's own, not a queue the limit let in), so it needs no
-// lowering of the limit to be measured. It does not rise while the limit
+// windows in which the traffic did not fill the limit, or in which the
+// limit was climbing from below capacity (their latency is the
+// dependency's own, not a queue the limit let in), so it needs no lowering
+// of the limit to be measured. Until it holds warmWindows of them it is
+// their mean instead: the quartile of a handful of windows is their least,
+// one window's luck, and a baseline learned low holds the limit down. It does not rise while the limit
 // is full, however long: the latency then includes the queue the limit
 // admits, and a baseline that followed it would ratchet the limit up
 // through a long incident. It is learned again, from the current window,
@@ -63,7 +67,7 @@ func NewDefault(o DefaultOptions) Algorithm {
 		o.Alpha = 0.025
 	}
 	if o.Beta <= 0 {
-		o.Beta = 0.075
+		o.Beta = 0.1
 	}
 	if o.Backoff <= 0 || o.Backoff >= 1 {
 		o.Backoff = 0.9
@@ -80,6 +84,18 @@ const (
 	cutShrink = 0.7
 	cutStay   = 0.9
 	cutRuns   = 3
+)
+
+// The baseline's warm-up: while it holds fewer than warmPush windows, every
+// window whose queue is at most Beta adds to it (the limit starts below
+// capacity, where the latency is the dependency's own); while it holds
+// fewer than warmWindows, it is their mean, not their lower quartile.
+const (
+	warmWindows = 16
+	warmPush    = 12
+	// pressedBy: the traffic presses on the limit when it refused more
+	// than one call in this many measured.
+	pressedBy = 20
 )
 
 type watertightAlg struct {
@@ -115,9 +131,12 @@ func (a *watertightAlg) Update(w Window) float64 {
 	queue := lim * (1 - float64(a.base)/float64(m))
 	// Traffic held well below the estimated capacity (lim - queue) cannot
 	// have queued at the dependency: the window's latency is its own.
-	// So is a window that, after one already did, says there is no queue:
-	// the limit is climbing from below capacity.
-	if float64(w.InFlight) <= lim-queue-alpha || (a.grows > 0 && queue < alpha) {
+	// So is a window that, after one already said there was no queue,
+	// shows at most a short one (the limit is climbing from below
+	// capacity: what it shows is the noise of a window's mean, which a
+	// baseline fed only the windows that looked fastest would learn low),
+	// and so is a window of the warm-up.
+	if float64(w.InFlight) <= lim-queue-alpha || ((a.grows > 0 || len(a.means) < warmPush) && queue <= beta) {
 		a.push(m)
 	}
 	if w.Drops*100 > w.Samples+w.Drops || (w.MinDeadline > 0 && m > w.MinDeadline/2) {
@@ -132,11 +151,14 @@ func (a *watertightAlg) Update(w Window) float64 {
 	}
 	switch {
 	case queue < alpha:
-		if 2*w.InFlight >= w.Limit || w.Waiting > 0 { // the traffic uses the limit
-			// One more call, then faster while the latency keeps saying
-			// there is no queue: up to the square root of the limit.
+		if w.Refused*pressedBy > w.Samples || w.Waiting > 0 || float64(w.InFlight) >= lim-alpha {
+			// The traffic presses on the limit: grow by the queue we
+			// tolerate. Not faster on a run of such windows: at capacity
+			// a run of them is the noise, and a run of growing steps
+			// overshoots (at 40 calls, Alpha grows 2.5% a window: from 20
+			// to 400 in two minutes of one-second windows).
 			a.grows++
-			return lim + min(max(1, math.Sqrt(lim)), float64(a.grows))
+			return lim + alpha
 		}
 		a.grows = 0
 	case queue > beta:
@@ -152,7 +174,7 @@ func (a *watertightAlg) Update(w Window) float64 {
 			return lim
 		}
 		// Capacity is about lim - queue: aim a short queue above it, half way.
-		target := lim - queue + alpha
+		target := lim - queue + beta
 		return (lim + target) / 2
 	}
 	return lim
@@ -173,5 +195,13 @@ func (a *watertightAlg) push(d time.Duration) {
 	}
 	a.sort = append(a.sort[:0], a.means...)
 	slices.Sort(a.sort)
+	if len(a.sort) < warmWindows {
+		var sum time.Duration
+		for _, d := range a.sort {
+			sum += d
+		}
+		a.base = sum / time.Duration(len(a.sort))
+		return
+	}
 	a.base = a.sort[(len(a.sort)-1)/4]
 }

@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -215,10 +216,22 @@ func TestLimiterModel(t *testing.T) {
 				changes += s.Changes
 			})
 			if changes == 0 {
-				t.Error("no window changed the limit: the model checked nothing adaptive")
+				coverageMiss(t, "no window changed the limit: the model checked nothing adaptive")
 			}
 		})
 	}
+}
+
+// coverageMiss reports a model run that exercised too little. With -short,
+// rapid runs a fifth of its cases and a miss is likely, so it is logged
+// there; the full run (the README's test command) fails on it.
+func coverageMiss(t *testing.T, msg string) {
+	t.Helper()
+	if testing.Short() {
+		t.Log(msg + " (-short: rapid ran few cases)")
+		return
+	}
+	t.Error(msg)
 }
 
 // bubbleTB hides the *testing.T from rapid, which asks a *testing.T for
@@ -242,7 +255,7 @@ func TestLimiterModelTimed(t *testing.T) {
 				})
 			})
 			if changes == 0 || granted == 0 {
-				t.Errorf("%d limit changes and %d granted waits: the model checked too little", changes, granted)
+				coverageMiss(t, fmt.Sprintf("%d limit changes and %d granted waits: the model checked too little", changes, granted))
 			}
 		})
 	}
