@@ -17,14 +17,17 @@ import (
 // holds of watertight's own limit: it settles within ±20% of C*, follows
 // the capacity down and back, does not ratchet up through a 10-minute
 // degradation, keeps goodput and p99 at 3×; the static bulkheads show the
-// waste and the latency; and the JSON has the shape. The two
-// comparisons with AIMD, Vegas and Gradient2 (goodput at least the best of
-// theirs, p99 lower than each) are within a per cent either way and are
-// logged, not asserted here; the test holds ours to 2% of the best goodput
-// and 3% of the lowest p99, and below AIMD's and Gradient2's p99.
+// waste and the latency; ours is not beaten by AIMD, Vegas or Gradient2 on
+// goodput or p99 beyond the noise of the estimates; and the JSON has the
+// issue's shape. Beside the scenario's own checks, it holds ours to 1% of
+// the best goodput and 2% of the lowest p99, and strictly below AIMD's and
+// Gradient2's p99 (which hold a queue).
 func TestAdaptiveQuick(t *testing.T) {
 	leaks := goleak.IgnoreCurrent()
-	s := adaptiveScenario // not registered yet: see its comment
+	s, err := Lookup("adaptive")
+	if err != nil {
+		t.Fatal(err)
+	}
 	began := time.Now()
 	res, err := s.Run(context.Background(), Options{Seed: 1, Quick: true, Progress: io.Discard})
 	if err != nil {
@@ -50,12 +53,8 @@ func TestAdaptiveQuick(t *testing.T) {
 		byName[c.Name] = c
 		t.Logf("%s %s%s", passFail(c.OK), c.Name, checkNumbers(c))
 	}
-	// Every check on our limit's own behaviour, and on the static
-	// bulkheads, passes.
+	// Every check passes.
 	for _, c := range res.Checks {
-		if c.Name[:len("ramp: at 3×, our")] == "ramp: at 3×, our" {
-			continue // the comparisons, below
-		}
 		if !c.OK {
 			t.Errorf("check failed: %s%s", c.Name, checkNumbers(c))
 		}
@@ -66,11 +65,11 @@ func TestAdaptiveQuick(t *testing.T) {
 		r := rows[cfg]["ramp-3x"]
 		best, lowest = max(best, r.Goodput), min(lowest, r.P99Ms)
 	}
-	if d3.Goodput < 0.98*best {
-		t.Errorf("3×: our goodput %.0f/s below 98%% of the best other algorithm's %.0f/s", d3.Goodput, best)
+	if d3.Goodput < 0.99*best {
+		t.Errorf("3×: our goodput %.0f/s below 99%% of the best other algorithm's %.0f/s", d3.Goodput, best)
 	}
-	if d3.P99Ms > 1.03*lowest {
-		t.Errorf("3×: our p99 %.1f ms above 103%% of the lowest other algorithm's %.1f ms", d3.P99Ms, lowest)
+	if d3.P99Ms > 1.02*lowest {
+		t.Errorf("3×: our p99 %.1f ms above 102%% of the lowest other algorithm's %.1f ms", d3.P99Ms, lowest)
 	}
 	for _, cfg := range []string{adAIMD, adGradient2} {
 		if r := rows[cfg]["ramp-3x"]; d3.P99Ms >= r.P99Ms {
@@ -121,27 +120,52 @@ func TestAdaptiveDeterministic(t *testing.T) {
 	}
 }
 
-// TestAdaptiveSeeds runs the (unregistered) adaptive scenario over
-// WATERTIGHT_LAB_ADAPTIVE_SEEDS seeds and fails on every check that fails,
-// as TestQuickSeeds will once the scenario is registered: it is how the
-// table in docs/adaptive.md was made. Skipped unless the variable is set.
+// TestAdaptiveSeeds runs the adaptive scenario over
+// WATERTIGHT_LAB_ADAPTIVE_SEEDS seeds (from WATERTIGHT_LAB_ADAPTIVE_FIRST,
+// default 1), fails on every check that fails, and logs a line of P and F
+// per seed, the passes per check, and each algorithm's goodput and p99 at
+// 3× averaged over the seeds: it is how the tables in docs/adaptive.md were
+// made. Skipped unless the variable is set (TestQuickSeeds runs seeds 1–20
+// of every registered scenario).
 func TestAdaptiveSeeds(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("WATERTIGHT_LAB_ADAPTIVE_SEEDS"))
 	if n < 1 {
 		t.Skip("set WATERTIGHT_LAB_ADAPTIVE_SEEDS to a number of seeds")
 	}
-	for seed := uint64(1); seed <= uint64(n); seed++ {
+	first, _ := strconv.Atoi(os.Getenv("WATERTIGHT_LAB_ADAPTIVE_FIRST"))
+	first = max(first, 1)
+	var names []string
+	var passes []int
+	good, p99 := map[string]float64{}, map[string]float64{}
+	for seed := uint64(first); seed < uint64(first+n); seed++ {
 		res, err := adaptiveScenario.Run(context.Background(), Options{Seed: seed, Quick: true, Progress: io.Discard})
 		if err != nil {
 			t.Fatal(err)
 		}
 		line := ""
-		for _, c := range res.Checks {
+		for i, c := range res.Checks {
+			if len(names) < len(res.Checks) {
+				names, passes = append(names, c.Name), append(passes, 0)
+			}
 			line += passFail(c.OK)[:1]
-			if !c.OK {
+			if c.OK {
+				passes[i]++
+			} else {
 				t.Errorf("seed %d: %s%s", seed, c.Name, checkNumbers(c))
 			}
 		}
 		t.Logf("seed %2d: %s", seed, line)
+		for _, r := range res.JSON.(adJSON).Results {
+			if r.Phase == "ramp-3x" {
+				good[r.Config] += r.Goodput / float64(n)
+				p99[r.Config] += r.P99Ms / float64(n)
+			}
+		}
+	}
+	for i, name := range names {
+		t.Logf("%3d of %d seeds: %s", passes[i], n, name)
+	}
+	for _, cfg := range adConfigs {
+		t.Logf("at 3×, mean over the seeds: %-15s goodput %6.1f/s, p99 %6.1f ms", cfg, good[cfg], p99[cfg])
 	}
 }
