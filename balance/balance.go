@@ -1,0 +1,571 @@
+package balance
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/watertight-go/watertight"
+)
+
+// Strategy says how a Balancer chooses between the two hosts it draws.
+type Strategy uint8
+
+const (
+	// LeastInFlight takes the one of the two with fewer calls in flight
+	// (the default).
+	LeastInFlight Strategy = iota
+	// PeakEWMA takes the one of the two with the lower cost: its latency,
+	// a moving average that jumps at once to a slower call and decays
+	// over the following ones (Finagle's peak EWMA), times its calls in
+	// flight plus one. A host not yet measured costs nothing while it has
+	// no call in flight and the most while it has one, so a new host gets
+	// one probe, not a flood.
+	PeakEWMA
+)
+
+// String returns "least_in_flight" or "peak_ewma".
+func (s Strategy) String() string {
+	switch s {
+	case LeastInFlight:
+		return "least_in_flight"
+	case PeakEWMA:
+		return "peak_ewma"
+	}
+	return fmt.Sprintf("strategy(%d)", uint8(s))
+}
+
+// Reasons a host is ejected, in Event.Reason of the EventStateChange that
+// ejects it, and in HostSnapshot.Reason. They are stable codes, for
+// metric labels and alerts.
+const (
+	// ReasonConsecutiveErrors: the host's last ConsecutiveErrors calls
+	// all failed.
+	ReasonConsecutiveErrors = "consecutive_errors"
+	// ReasonSlow: the host's latency was more than SlowFactor times the
+	// median of the other hosts'.
+	ReasonSlow = "slow"
+	// ReasonEjectionEnded: the host's ejection time passed and it takes
+	// calls again (the EventStateChange back to "active").
+	ReasonEjectionEnded = "ejection_ended"
+)
+
+// The states of a host, in Event.From and Event.To.
+const (
+	StateActive  = "active"
+	StateEjected = "ejected"
+)
+
+// Config configures a Balancer. The zero value of every field but Hosts is
+// a usable default.
+type Config struct {
+	// Name labels the balancer's events, errors and snapshots (the
+	// upstream pool's name). It may be empty.
+	Name string
+	// Hosts are the pool's addresses (host:port, or any label the caller
+	// dials by), at least one, none repeated. Their order is kept in
+	// Hosts and Snapshot.
+	Hosts []string
+	// Strategy chooses between the two hosts drawn for each call. The
+	// zero value is LeastInFlight.
+	Strategy Strategy
+	// ConsecutiveErrors ejects a host whose last ConsecutiveErrors calls
+	// all ended in Failure. Zero means 5; a negative value turns it off.
+	ConsecutiveErrors int
+	// SlowFactor ejects a host whose latency (the mean of its last
+	// MinSamples calls, averaged with the blocks before) is more than SlowFactor times the median of the
+	// other active hosts' latencies: relative to the pool, not a fixed
+	// threshold, so a pool that is slow as a whole (the dependency
+	// behind it, the network) ejects nothing, and a host that is slow
+	// beside healthy peers goes however fast they are. Zero means 3; a
+	// negative value turns it off. At least 1.5.
+	SlowFactor float64
+	// MinSamples is the number of calls a host must end before its
+	// latency is judged, and between two judgements of it; the hosts it
+	// is compared with must have ended as many. Zero means 20.
+	MinSamples int
+	// MaxEjectedShare caps the share of the pool's hosts ejected at once,
+	// rounded down but at least one host (when the pool has two or more).
+	// When ejecting one more would pass it, the host stays: when that many
+	// hosts look bad, the fault is likely not theirs, and sending all the
+	// traffic to the rest would overload them. A pool of one host never
+	// ejects it. Zero means 0.5; at most 1 (which still keeps one host).
+	MaxEjectedShare float64
+	// BaseEjection is how long a host is ejected the first time; each
+	// ejection that follows within MaxEjection of the host's return
+	// doubles it, up to MaxEjection. Zero means 30s.
+	BaseEjection time.Duration
+	// MaxEjection caps an ejection's length, and is how long a returned
+	// host must go without an ejection for its next one to last
+	// BaseEjection again. Zero means 5 minutes; not less than
+	// BaseEjection.
+	MaxEjection time.Duration
+	// Listener, if not nil, receives an EventStateChange each time a host
+	// is ejected (From "active", To "ejected", Key the host, Reason
+	// ReasonConsecutiveErrors or ReasonSlow, Delay the ejection's length)
+	// and each time it returns (Reason ReasonEjectionEnded), with Source
+	// "balance" and Name this Name. It is never called from Pick.
+	Listener watertight.Listener
+}
+
+// ErrConfig is wrapped by the errors New returns for an invalid Config.
+var ErrConfig = errors.New("balance: invalid config")
+
+const (
+	defaultConsecutiveErrors = 5
+	defaultSlowFactor        = 3
+	defaultMinSamples        = 20
+	defaultMaxEjectedShare   = 0.5
+	defaultBaseEjection      = 30 * time.Second
+	defaultMaxEjection       = 5 * time.Minute
+
+	// peakDecay is the weight of a call faster than a host's peak EWMA.
+	peakDecay = 0.1
+	// judgeWeight is the weight of a block of MinSamples calls' mean in a
+	// host's judged latency.
+	judgeWeight = 0.5
+)
+
+// Balancer spreads calls over a pool of hosts by the power of two choices:
+// each call draws two hosts at random and takes the less loaded (fewer
+// calls in flight, or lower peak-EWMA cost), which keeps the load within a
+// few calls of even at the cost of two loads, with no shared ordering to
+// contend on (Mitzenmacher, "The Power of Two Choices in Randomized Load
+// Balancing"). It watches how each host's calls end and ejects a host that
+// fails them in a row or is much slower than its peers, for a time that
+// grows each time it is ejected again, never more of the pool at once than
+// MaxEjectedShare allows.
+//
+// Pick and Host.Done take no lock, read no clock and allocate nothing;
+// ejection and return run off the hot path (a host's latency is judged
+// once every MinSamples of its calls, under a mutex of its own; a timer
+// brings an ejected host back). A Balancer is safe for concurrent use.
+type Balancer struct {
+	name     string
+	strategy Strategy
+	consec   int64 // 0: off
+	slow     float64
+	minSamp  int64
+	maxEject int64
+	base     time.Duration
+	max      time.Duration
+	lis      watertight.Listener
+
+	hosts   []*Host
+	ejected atomic.Int64
+
+	mu      sync.Mutex // judging latency, ejecting, returning
+	scratch []float64
+}
+
+// Host is one address of a Balancer's pool. Its methods are safe for
+// concurrent use.
+type Host struct {
+	addr  string
+	index int
+	b     *Balancer
+	down  atomic.Bool // read by every Pick, written by ejections: apart from hot
+	_     [64]byte
+
+	// hot: written by every call, on one line of their own.
+	inFlight atomic.Int64
+	consec   atomic.Int64
+	samples  atomic.Int64
+	latSum   atomic.Int64  // ns: the latencies of the calls since the last judgement
+	peak     atomic.Uint64 // float64 bits: peak EWMA, ns
+	_        [24]byte
+
+	// under b.mu
+	judged     float64   // ns: a moving average of the means of blocks of MinSamples calls
+	ejections  int       // ejections in the current run of them
+	returnedAt time.Time // when the last ejection ended
+	reason     string    // why the host is (or was last) ejected
+	until      time.Time // when the current ejection ends
+	total      int64     // ejections ever
+}
+
+// New returns a Balancer over cfg.Hosts, or an error wrapping ErrConfig
+// that names the field and what is wrong with it.
+func New(cfg Config) (*Balancer, error) {
+	bad := func(field, rule string, v any) error {
+		name := ""
+		if cfg.Name != "" {
+			name = fmt.Sprintf(" %q", cfg.Name)
+		}
+		return fmt.Errorf("%w%s: %s is %v: %s", ErrConfig, name, field, v, rule)
+	}
+	if len(cfg.Hosts) == 0 {
+		return nil, bad("Hosts", "give at least one host", "empty")
+	}
+	seen := make(map[string]bool, len(cfg.Hosts))
+	for _, h := range cfg.Hosts {
+		if h == "" {
+			return nil, bad("Hosts", "a host may not be empty", fmt.Sprintf("%q", cfg.Hosts))
+		}
+		if seen[h] {
+			return nil, bad("Hosts", "each host may appear once; "+h+" is repeated", fmt.Sprintf("%q", cfg.Hosts))
+		}
+		seen[h] = true
+	}
+	if cfg.Strategy > PeakEWMA {
+		return nil, bad("Strategy", "use LeastInFlight or PeakEWMA", cfg.Strategy)
+	}
+	b := &Balancer{
+		name: cfg.Name, strategy: cfg.Strategy, lis: cfg.Listener,
+		consec: defaultConsecutiveErrors, slow: defaultSlowFactor, minSamp: defaultMinSamples,
+		base: defaultBaseEjection, max: defaultMaxEjection,
+	}
+	switch {
+	case cfg.ConsecutiveErrors < 0:
+		b.consec = 0
+	case cfg.ConsecutiveErrors > 0:
+		b.consec = int64(cfg.ConsecutiveErrors)
+	}
+	switch {
+	case math.IsNaN(cfg.SlowFactor) || (cfg.SlowFactor > 0 && cfg.SlowFactor < 1.5) || math.IsInf(cfg.SlowFactor, 1):
+		return nil, bad("SlowFactor", "use at least 1.5 (a host that much slower than the median is ejected), 0 for 3, or a negative value to turn it off", cfg.SlowFactor)
+	case cfg.SlowFactor < 0:
+		b.slow = 0
+	case cfg.SlowFactor > 0:
+		b.slow = cfg.SlowFactor
+	}
+	switch {
+	case cfg.MinSamples < 0:
+		return nil, bad("MinSamples", "use a positive count of calls, or 0 for 20", cfg.MinSamples)
+	case cfg.MinSamples > 0:
+		b.minSamp = int64(cfg.MinSamples)
+	}
+	share := cfg.MaxEjectedShare
+	switch {
+	case math.IsNaN(share) || share < 0 || share > 1:
+		return nil, bad("MaxEjectedShare", "use a share in (0, 1], or 0 for 0.5", share)
+	case share == 0:
+		share = defaultMaxEjectedShare
+	}
+	if n := len(cfg.Hosts); n > 1 {
+		b.maxEject = max(1, min(int64(n)-1, int64(share*float64(n))))
+	}
+	if cfg.BaseEjection < 0 {
+		return nil, bad("BaseEjection", "use a positive duration, or 0 for 30s", cfg.BaseEjection)
+	} else if cfg.BaseEjection > 0 {
+		b.base = cfg.BaseEjection
+	}
+	if cfg.MaxEjection < 0 {
+		return nil, bad("MaxEjection", "use a positive duration, or 0 for 5m", cfg.MaxEjection)
+	} else if cfg.MaxEjection > 0 {
+		b.max = cfg.MaxEjection
+	}
+	if b.max < b.base {
+		return nil, bad("MaxEjection", fmt.Sprintf("use at least BaseEjection (%v)", b.base), b.max)
+	}
+	b.hosts = make([]*Host, len(cfg.Hosts))
+	for i, a := range cfg.Hosts {
+		b.hosts[i] = &Host{addr: a, index: i, b: b}
+	}
+	b.scratch = make([]float64, 0, len(cfg.Hosts))
+	return b, nil
+}
+
+// Name returns the balancer's Config.Name.
+func (b *Balancer) Name() string { return b.name }
+
+// Hosts returns the pool's hosts in Config.Hosts order. The slice is the
+// caller's.
+func (b *Balancer) Hosts() []*Host { return slices.Clone(b.hosts) }
+
+// Pick returns the host the next call should go to and counts the call in
+// flight on it: the caller must end it with exactly one Host.Done. It
+// never returns an ejected host, and returns avoid (the host a failed
+// attempt went to; nil for none) only when no other host can take the
+// call, so a retry goes elsewhere whenever the pool allows. Pick never
+// fails: ejection always leaves a host.
+func (b *Balancer) Pick(avoid *Host) *Host {
+	hs := b.hosts
+	n := len(hs)
+	var h *Host
+	switch {
+	case n == 1:
+		h = hs[0]
+	default:
+		r := rand.Uint64()
+		i := int(uint32(r) % uint32(n))
+		j := int(uint32(r>>32) % uint32(n-1))
+		if j >= i {
+			j++
+		}
+		a, c := hs[i], hs[j]
+		okA, okC := a.usable(avoid), c.usable(avoid)
+		switch {
+		case okA && okC:
+			h = b.better(a, c)
+		case okA:
+			h = a
+		case okC:
+			h = c
+		default:
+			h = b.scan(i, avoid)
+		}
+	}
+	h.inFlight.Add(1)
+	return h
+}
+
+// usable reports whether h may take a call that should avoid avoid.
+func (h *Host) usable(avoid *Host) bool { return h != avoid && !h.down.Load() }
+
+// scan returns the first usable host from i on, else a host that is not
+// ejected (avoid, when it is the only one), else any: a pool's last host is
+// never ejected, so the last case is a race with an ejection.
+func (b *Balancer) scan(i int, avoid *Host) *Host {
+	hs := b.hosts
+	for k := range hs {
+		if h := hs[(i+k)%len(hs)]; h.usable(avoid) {
+			return h
+		}
+	}
+	if avoid != nil && !avoid.down.Load() {
+		return avoid
+	}
+	return hs[i]
+}
+
+// better returns the less loaded of a and c, a on a tie.
+func (b *Balancer) better(a, c *Host) *Host {
+	if b.strategy == PeakEWMA {
+		if c.cost() < a.cost() {
+			return c
+		}
+		return a
+	}
+	if c.inFlight.Load() < a.inFlight.Load() {
+		return c
+	}
+	return a
+}
+
+// cost is the host's peak EWMA times its calls in flight plus one.
+func (h *Host) cost() float64 {
+	n := float64(h.inFlight.Load())
+	p := math.Float64frombits(h.peak.Load())
+	if p == 0 {
+		if n > 0 {
+			return math.MaxFloat64
+		}
+		return 0
+	}
+	return p * (n + 1)
+}
+
+// Addr returns the host's address, as given in Config.Hosts.
+func (h *Host) Addr() string { return h.addr }
+
+// Index returns the host's position in Config.Hosts.
+func (h *Host) Index() int { return h.index }
+
+// InFlight returns the calls Pick has counted on the host that have not
+// ended.
+func (h *Host) InFlight() int { return int(h.inFlight.Load()) }
+
+// Ejected reports whether the host is ejected now.
+func (h *Host) Ejected() bool { return h.down.Load() }
+
+// Done ends a call Pick counted on the host: o is how it ended (Failure
+// counts toward ConsecutiveErrors and Success ends a run of them; Ignored
+// and Saturated, such as the caller's cancellation or a rejection by a
+// protection in front of the host, say nothing about it and are not
+// counted), latency how long it took (measured by the caller; zero or
+// negative when not measured, and not counted in the latency then). Each
+// Pick must be ended by exactly one Done.
+func (h *Host) Done(o watertight.Outcome, latency time.Duration) {
+	h.inFlight.Add(-1)
+	if o != watertight.Success && o != watertight.Failure {
+		return
+	}
+	b := h.b
+	if o == watertight.Failure {
+		if c := h.consec.Add(1); b.consec > 0 && c >= b.consec {
+			b.eject(h, ReasonConsecutiveErrors)
+		}
+	} else if h.consec.Load() != 0 {
+		h.consec.Store(0)
+	}
+	if latency <= 0 {
+		return
+	}
+	ns := float64(latency)
+	if b.strategy == PeakEWMA {
+		for {
+			old := h.peak.Load()
+			p := math.Float64frombits(old)
+			next := ns
+			if ns < p {
+				next = p + (ns-p)*peakDecay
+			}
+			if h.peak.CompareAndSwap(old, math.Float64bits(next)) {
+				break
+			}
+		}
+	}
+	if b.slow == 0 {
+		return
+	}
+	h.latSum.Add(int64(latency))
+	if s := h.samples.Add(1); s%b.minSamp == 0 {
+		b.judge(h)
+	}
+}
+
+// judge folds the mean latency of h's last MinSamples calls into its
+// judged latency, and ejects h if that is more than SlowFactor times the
+// median of the other active hosts' judged latencies.
+func (b *Balancer) judge(h *Host) {
+	b.mu.Lock()
+	mean := float64(h.latSum.Swap(0)) / float64(b.minSamp)
+	if h.judged == 0 {
+		h.judged = mean
+	} else {
+		h.judged += (mean - h.judged) * judgeWeight
+	}
+	others := b.scratch[:0]
+	for _, o := range b.hosts {
+		if o != h && !o.down.Load() && o.judged > 0 {
+			others = append(others, o.judged)
+		}
+	}
+	slow := false
+	if len(others) > 0 {
+		slices.Sort(others)
+		m := len(others) / 2
+		med := others[m]
+		if len(others)%2 == 0 {
+			med = (others[m-1] + others[m]) / 2
+		}
+		slow = h.judged > b.slow*med
+	}
+	b.scratch = others[:0]
+	b.mu.Unlock()
+	if slow {
+		b.eject(h, ReasonSlow)
+	}
+}
+
+// eject takes h out of the pool for its ejection time, unless it is out
+// already or the pool has as many out as MaxEjectedShare allows.
+func (b *Balancer) eject(h *Host, reason string) {
+	if b.maxEject == 0 || h.down.Load() || b.ejected.Load() >= b.maxEject {
+		return
+	}
+	b.mu.Lock()
+	if h.down.Load() || b.ejected.Load() >= b.maxEject {
+		b.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	if h.ejections > 0 && now.Sub(h.returnedAt) >= b.max {
+		h.ejections = 0
+	}
+	d := b.base
+	for range h.ejections {
+		if d >= b.max/2 {
+			d = b.max
+			break
+		}
+		d *= 2
+	}
+	d = min(d, b.max)
+	h.ejections++
+	h.total++
+	h.reason = reason
+	h.until = now.Add(d)
+	b.ejected.Add(1)
+	h.down.Store(true)
+	h.consec.Store(0)
+	b.mu.Unlock()
+	time.AfterFunc(d, func() { b.restore(h) })
+	watertight.Emit(b.lis, watertight.Event{
+		Kind: watertight.EventStateChange, Source: "balance", Name: b.name, Key: h.addr,
+		From: StateActive, To: StateEjected, Reason: reason, Delay: d,
+	})
+}
+
+// restore brings h back when its ejection ends: it starts measured afresh.
+func (b *Balancer) restore(h *Host) {
+	b.mu.Lock()
+	h.returnedAt = time.Now()
+	h.samples.Store(0)
+	h.latSum.Store(0)
+	h.judged = 0
+	h.peak.Store(0)
+	h.consec.Store(0)
+	h.down.Store(false)
+	b.ejected.Add(-1)
+	b.mu.Unlock()
+	watertight.Emit(b.lis, watertight.Event{
+		Kind: watertight.EventStateChange, Source: "balance", Name: b.name, Key: h.addr,
+		From: StateEjected, To: StateActive, Reason: ReasonEjectionEnded,
+	})
+}
+
+// HostSnapshot is one host's state at a moment.
+type HostSnapshot struct {
+	// Addr is the host's address.
+	Addr string `json:"addr"`
+	// InFlight is its calls in flight.
+	InFlight int `json:"in_flight"`
+	// Ejected reports whether it is ejected; Until is when it returns,
+	// and Reason why it went (the last ejection's reason, also after it
+	// returned; empty if it never was).
+	Ejected bool      `json:"ejected"`
+	Until   time.Time `json:"until,omitzero"`
+	Reason  string    `json:"reason,omitempty"`
+	// Ejections is how many times it was ejected since New.
+	Ejections int64 `json:"ejections"`
+	// ConsecutiveErrors is the length of its current run of failures.
+	ConsecutiveErrors int64 `json:"consecutive_errors"`
+	// Latency is its judged latency (zero before its first MinSamples
+	// measured calls, or with SlowFactor off), PeakEWMA its peak
+	// EWMA (PeakEWMA strategy only).
+	Latency  time.Duration `json:"latency"`
+	PeakEWMA time.Duration `json:"peak_ewma,omitempty"`
+}
+
+// Snapshot is a Balancer's state at a moment, for an admin view.
+type Snapshot struct {
+	// Name is the balancer's name.
+	Name string `json:"name"`
+	// Strategy is how it chooses.
+	Strategy string `json:"strategy"`
+	// Ejected is the number of hosts ejected now; MaxEjected the most
+	// that may be at once.
+	Ejected    int `json:"ejected"`
+	MaxEjected int `json:"max_ejected"`
+	// Hosts are the hosts, in Config.Hosts order.
+	Hosts []HostSnapshot `json:"hosts"`
+}
+
+// Snapshot returns the balancer's state.
+func (b *Balancer) Snapshot() Snapshot {
+	s := Snapshot{Name: b.name, Strategy: b.strategy.String(), MaxEjected: int(b.maxEject)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s.Ejected = int(b.ejected.Load())
+	s.Hosts = make([]HostSnapshot, len(b.hosts))
+	for i, h := range b.hosts {
+		hs := HostSnapshot{
+			Addr: h.addr, InFlight: int(h.inFlight.Load()), Ejected: h.down.Load(),
+			Reason: h.reason, Ejections: h.total, ConsecutiveErrors: h.consec.Load(),
+			Latency:  time.Duration(h.judged),
+			PeakEWMA: time.Duration(math.Float64frombits(h.peak.Load())),
+		}
+		if hs.Ejected {
+			hs.Until = h.until
+		}
+		s.Hosts[i] = hs
+	}
+	return s
+}

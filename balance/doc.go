@@ -1,0 +1,34 @@
+// Package balance spreads calls over a pool of hosts and takes the bad ones
+// out of it: the power of two choices over calls in flight (or peak-EWMA
+// latency), with passive outlier ejection.
+//
+// A [Balancer] draws two hosts at random for each call and takes the less
+// loaded; [Balancer.Pick] returns it, counted in flight, and the caller
+// ends the call with [Host.Done], saying how it ended (a
+// [watertight.Outcome]) and how long it took. From those ends the balancer
+// ejects a host that
+//
+//   - failed its last [Config].ConsecutiveErrors calls (5), or
+//   - is more than [Config].SlowFactor (3) times slower than the median of
+//     the other hosts, judged every [Config].MinSamples (20) of its calls:
+//     relative to the pool, so a dependency that is slow everywhere ejects
+//     nothing;
+//
+// for [Config].BaseEjection (30s), doubled for each ejection that follows
+// soon after it returned, up to [Config].MaxEjection (5m); never more than
+// [Config].MaxEjectedShare (half) of the pool at once, and never a pool's
+// last host. A retry passes the host of the failed attempt to Pick, which
+// avoids it whenever another host can take the call.
+//
+// Pick and Done are a few atomic operations: no lock, no clock read, no
+// allocation. Judging a host's latency takes a mutex once every MinSamples
+// of its calls; an ejected host comes back on a timer, not on a clock read
+// in Pick. Ejections and returns are EventStateChange events with Source
+// "balance" and a stable Reason code ([ReasonConsecutiveErrors],
+// [ReasonSlow], [ReasonEjectionEnded]); [Balancer.Snapshot] is the pool's
+// state for an admin view.
+//
+// A Balancer knows nothing of breakers or retries: a circuit breaker per
+// host (package circuit) sits after Pick, and a retry policy (package retry)
+// around both; the gateway (watertight proxy) assembles them that way.
+package balance
