@@ -118,7 +118,7 @@ type Event struct {
 	Kind EventKind
 	// Source is the emitting package: "circuit", "bulkhead", "retry",
 	// "budget", "deadline", "hedge", "fallback", "chaos", "http", "grpc",
-	// "idempotency".
+	// "idempotency", "limit", "balance".
 	Source string
 	// Name is the instance's configured name (Config.Name); may be empty.
 	Name string

@@ -77,17 +77,21 @@ type Config struct {
 	// ConsecutiveErrors ejects a host whose last ConsecutiveErrors calls
 	// all ended in Failure. Zero means 5; a negative value turns it off.
 	ConsecutiveErrors int
-	// SlowFactor ejects a host whose latency (the mean of its last
-	// MinSamples calls, averaged with the blocks before) is more than SlowFactor times the median of the
-	// other active hosts' latencies: relative to the pool, not a fixed
+	// SlowFactor ejects a host more than half of whose last MinSamples
+	// measured calls (so its median, which one call that hung does not
+	// move) took more than SlowFactor times the median of the other
+	// active hosts' latencies (each a streaming estimate of the host's
+	// median latency): relative to the pool, not a fixed
 	// threshold, so a pool that is slow as a whole (the dependency
 	// behind it, the network) ejects nothing, and a host that is slow
 	// beside healthy peers goes however fast they are. Zero means 3; a
 	// negative value turns it off. At least 1.5.
 	SlowFactor float64
-	// MinSamples is the number of calls a host must end before its
-	// latency is judged, and between two judgements of it; the hosts it
-	// is compared with must have ended as many. Zero means 20.
+	// MinSamples is the number of measured calls (ended Success or
+	// Failure with a latency) a host must end before its latency is
+	// judged, and between two judgements of it; the hosts it is compared
+	// with must have ended as many since they were last ejected. Zero
+	// means 20.
 	MinSamples int
 	// MaxEjectedShare caps the share of the pool's hosts ejected at once,
 	// rounded down but at least one host (when the pool has two or more).
@@ -126,9 +130,8 @@ const (
 
 	// peakDecay is the weight of a call faster than a host's peak EWMA.
 	peakDecay = 0.1
-	// judgeWeight is the weight of a block of MinSamples calls' mean in a
-	// host's judged latency.
-	judgeWeight = 0.5
+	// medianStep is the relative step of a host's streaming median.
+	medianStep = 1.0 / 16
 )
 
 // Balancer spreads calls over a pool of hosts by the power of two choices:
@@ -141,10 +144,12 @@ const (
 // grows each time it is ejected again, never more of the pool at once than
 // MaxEjectedShare allows.
 //
-// Pick and Host.Done take no lock, read no clock and allocate nothing;
-// ejection and return run off the hot path (a host's latency is judged
-// once every MinSamples of its calls, under a mutex of its own; a timer
-// brings an ejected host back). A Balancer is safe for concurrent use.
+// Pick and Host.Done take no lock, read no clock and allocate nothing,
+// but for the rare Done that judges or ejects: a host's latency is judged
+// once every MinSamples of its calls, under a mutex of the Balancer's; an
+// ejection reads the clock, publishes the new set of active hosts, sends
+// its event on the caller's goroutine and starts the timer that brings the
+// host back. A Balancer is safe for concurrent use.
 type Balancer struct {
 	name     string
 	strategy Strategy
@@ -157,6 +162,7 @@ type Balancer struct {
 	lis      watertight.Listener
 
 	hosts   []*Host
+	active  atomic.Pointer[[]*Host] // the hosts not ejected, in Config.Hosts order
 	ejected atomic.Int64
 
 	mu      sync.Mutex // judging latency, ejecting, returning
@@ -176,12 +182,12 @@ type Host struct {
 	inFlight atomic.Int64
 	consec   atomic.Int64
 	samples  atomic.Int64
-	latSum   atomic.Int64  // ns: the latencies of the calls since the last judgement
 	peak     atomic.Uint64 // float64 bits: peak EWMA, ns
+	median   atomic.Uint64 // float64 bits: a streaming estimate of the median latency, ns
 	_        [24]byte
+	ring     []atomic.Int64 // ns: the latencies of the last MinSamples measured calls
 
 	// under b.mu
-	judged     float64   // ns: a moving average of the means of blocks of MinSamples calls
 	ejections  int       // ejections in the current run of them
 	returnedAt time.Time // when the last ejection ended
 	reason     string    // why the host is (or was last) ejected
@@ -248,7 +254,9 @@ func New(cfg Config) (*Balancer, error) {
 		share = defaultMaxEjectedShare
 	}
 	if n := len(cfg.Hosts); n > 1 {
-		b.maxEject = max(1, min(int64(n)-1, int64(share*float64(n))))
+		// The floor, with room for the float error of share×n (0.29×100
+		// is 28.999...).
+		b.maxEject = max(1, min(int64(n)-1, int64(math.Floor(share*float64(n)+1e-9))))
 	}
 	if cfg.BaseEjection < 0 {
 		return nil, bad("BaseEjection", "use a positive duration, or 0 for 30s", cfg.BaseEjection)
@@ -266,7 +274,12 @@ func New(cfg Config) (*Balancer, error) {
 	b.hosts = make([]*Host, len(cfg.Hosts))
 	for i, a := range cfg.Hosts {
 		b.hosts[i] = &Host{addr: a, index: i, b: b}
+		if b.slow > 0 {
+			b.hosts[i].ring = make([]atomic.Int64, b.minSamp)
+		}
 	}
+	all := slices.Clone(b.hosts)
+	b.active.Store(&all)
 	b.scratch = make([]float64, 0, len(cfg.Hosts))
 	return b, nil
 }
@@ -274,73 +287,66 @@ func New(cfg Config) (*Balancer, error) {
 // Name returns the balancer's Config.Name.
 func (b *Balancer) Name() string { return b.name }
 
+// Len returns the number of hosts in the pool.
+func (b *Balancer) Len() int { return len(b.hosts) }
+
 // Hosts returns the pool's hosts in Config.Hosts order. The slice is the
 // caller's.
 func (b *Balancer) Hosts() []*Host { return slices.Clone(b.hosts) }
 
 // Pick returns the host the next call should go to and counts the call in
 // flight on it: the caller must end it with exactly one Host.Done. It
-// never returns an ejected host, and returns avoid (the host a failed
-// attempt went to; nil for none) only when no other host can take the
-// call, so a retry goes elsewhere whenever the pool allows. Pick never
-// fails: ejection always leaves a host.
+// draws its two hosts from those not ejected, so the load stays even over
+// them whatever is ejected, and returns avoid (the host a failed attempt
+// went to; nil for none) only when it is the only host not ejected, so a
+// retry goes elsewhere whenever the pool allows. Pick never fails:
+// ejection always leaves a host. (A Pick that races an ejection may
+// return the host being ejected.)
 func (b *Balancer) Pick(avoid *Host) *Host {
-	hs := b.hosts
-	n := len(hs)
+	hs := *b.active.Load()
 	var h *Host
-	switch {
-	case n == 1:
+	if n := len(hs); n == 1 {
 		h = hs[0]
-	default:
+	} else {
 		r := rand.Uint64()
 		i := int(uint32(r) % uint32(n))
 		j := int(uint32(r>>32) % uint32(n-1))
 		if j >= i {
 			j++
 		}
-		a, c := hs[i], hs[j]
-		okA, okC := a.usable(avoid), c.usable(avoid)
-		switch {
-		case okA && okC:
-			h = b.better(a, c)
-		case okA:
-			h = a
-		case okC:
+		switch a, c := hs[i], hs[j]; {
+		case a == avoid:
 			h = c
+		case c == avoid:
+			h = a
 		default:
-			h = b.scan(i, avoid)
+			h = b.better(a, c)
 		}
 	}
 	h.inFlight.Add(1)
 	return h
 }
 
-// usable reports whether h may take a call that should avoid avoid.
-func (h *Host) usable(avoid *Host) bool { return h != avoid && !h.down.Load() }
-
-// scan returns the first usable host from i on, else a host that is not
-// ejected (avoid, when it is the only one), else any: a pool's last host is
-// never ejected, so the last case is a race with an ejection.
-func (b *Balancer) scan(i int, avoid *Host) *Host {
-	hs := b.hosts
-	for k := range hs {
-		if h := hs[(i+k)%len(hs)]; h.usable(avoid) {
-			return h
-		}
-	}
-	if avoid != nil && !avoid.down.Load() {
-		return avoid
-	}
-	return hs[i]
-}
-
-// better returns the less loaded of a and c, a on a tie.
+// better returns the less loaded of a and c, a on a tie. With PeakEWMA,
+// the loser's peak decays by peakDecay when it has no call in flight: a
+// host that one slow call made dear is passed over, not forgotten, and is
+// tried again once its cost falls to its peers'. (A decay over time, as
+// Finagle's, would read the clock in every Pick.)
 func (b *Balancer) better(a, c *Host) *Host {
 	if b.strategy == PeakEWMA {
-		if c.cost() < a.cost() {
-			return c
+		ca, cc := a.cost(), c.cost()
+		win, lose := a, c
+		if cc < ca {
+			win, lose = c, a
+		} else if cc == ca {
+			return a
 		}
-		return a
+		if lose.inFlight.Load() == 0 {
+			if old := lose.peak.Load(); old != 0 {
+				lose.peak.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)*(1-peakDecay)))
+			}
+		}
+		return win
 	}
 	if c.inFlight.Load() < a.inFlight.Load() {
 		return c
@@ -406,7 +412,7 @@ func (h *Host) Done(o watertight.Outcome, latency time.Duration) {
 			if ns < p {
 				next = p + (ns-p)*peakDecay
 			}
-			if h.peak.CompareAndSwap(old, math.Float64bits(next)) {
+			if next == p || h.peak.CompareAndSwap(old, math.Float64bits(next)) {
 				break
 			}
 		}
@@ -414,38 +420,67 @@ func (h *Host) Done(o watertight.Outcome, latency time.Duration) {
 	if b.slow == 0 {
 		return
 	}
-	h.latSum.Add(int64(latency))
-	if s := h.samples.Add(1); s%b.minSamp == 0 {
+	// The frugal streaming median (Ma, Muthukrishnan and Sandler): a step
+	// of medianStep towards each call, up or down, which settles where
+	// half the calls are above; one call that hung moves it one step.
+	for {
+		old := h.median.Load()
+		m := math.Float64frombits(old)
+		next := ns
+		switch {
+		case m == 0:
+		case ns > m:
+			next = m * (1 + medianStep)
+		case ns < m:
+			next = m * (1 - medianStep)
+		default:
+			next = m
+		}
+		if next == m || h.median.CompareAndSwap(old, math.Float64bits(next)) {
+			break
+		}
+	}
+	s := h.samples.Add(1)
+	k := (s - 1) % b.minSamp
+	h.ring[k].Store(int64(latency))
+	if k == b.minSamp-1 {
 		b.judge(h)
 	}
 }
 
-// judge folds the mean latency of h's last MinSamples calls into its
-// judged latency, and ejects h if that is more than SlowFactor times the
-// median of the other active hosts' judged latencies.
+// judge ejects h if more than half of its last MinSamples measured calls
+// took more than SlowFactor times the median of the other active hosts'
+// median latencies: h's median over those calls is above that line. A
+// median, not a mean: one call that hung (an attempt timeout of 100 times
+// the usual latency) must not eject a healthy host; most of its calls
+// being slow does. Counting the calls above the line costs no sort. A
+// judgement that finds another under way is skipped (the next comes
+// MinSamples calls later): judging never makes a caller wait.
 func (b *Balancer) judge(h *Host) {
-	b.mu.Lock()
-	mean := float64(h.latSum.Swap(0)) / float64(b.minSamp)
-	if h.judged == 0 {
-		h.judged = mean
-	} else {
-		h.judged += (mean - h.judged) * judgeWeight
+	if !b.mu.TryLock() {
+		return
 	}
 	others := b.scratch[:0]
 	for _, o := range b.hosts {
-		if o != h && !o.down.Load() && o.judged > 0 {
-			others = append(others, o.judged)
+		if o != h && !o.down.Load() && o.samples.Load() >= b.minSamp {
+			others = append(others, math.Float64frombits(o.median.Load()))
 		}
 	}
 	slow := false
 	if len(others) > 0 {
 		slices.Sort(others)
 		m := len(others) / 2
-		med := others[m]
+		pool := others[m]
 		if len(others)%2 == 0 {
-			med = (others[m-1] + others[m]) / 2
+			pool = (others[m-1] + others[m]) / 2
 		}
-		slow = h.judged > b.slow*med
+		line, above := b.slow*pool, int64(0)
+		for i := range h.ring {
+			if float64(h.ring[i].Load()) > line {
+				above++
+			}
+		}
+		slow = above > b.minSamp/2
 	}
 	b.scratch = others[:0]
 	b.mu.Unlock()
@@ -485,12 +520,24 @@ func (b *Balancer) eject(h *Host, reason string) {
 	b.ejected.Add(1)
 	h.down.Store(true)
 	h.consec.Store(0)
+	b.storeActive()
 	b.mu.Unlock()
-	time.AfterFunc(d, func() { b.restore(h) })
 	watertight.Emit(b.lis, watertight.Event{
 		Kind: watertight.EventStateChange, Source: "balance", Name: b.name, Key: h.addr,
 		From: StateActive, To: StateEjected, Reason: reason, Delay: d,
 	})
+	time.AfterFunc(d, func() { b.restore(h) })
+}
+
+// storeActive publishes the hosts not ejected, under b.mu.
+func (b *Balancer) storeActive() {
+	act := make([]*Host, 0, len(b.hosts))
+	for _, h := range b.hosts {
+		if !h.down.Load() {
+			act = append(act, h)
+		}
+	}
+	b.active.Store(&act)
 }
 
 // restore brings h back when its ejection ends: it starts measured afresh.
@@ -498,12 +545,12 @@ func (b *Balancer) restore(h *Host) {
 	b.mu.Lock()
 	h.returnedAt = time.Now()
 	h.samples.Store(0)
-	h.latSum.Store(0)
-	h.judged = 0
+	h.median.Store(0)
 	h.peak.Store(0)
 	h.consec.Store(0)
 	h.down.Store(false)
 	b.ejected.Add(-1)
+	b.storeActive()
 	b.mu.Unlock()
 	watertight.Emit(b.lis, watertight.Event{
 		Kind: watertight.EventStateChange, Source: "balance", Name: b.name, Key: h.addr,
@@ -527,8 +574,8 @@ type HostSnapshot struct {
 	Ejections int64 `json:"ejections"`
 	// ConsecutiveErrors is the length of its current run of failures.
 	ConsecutiveErrors int64 `json:"consecutive_errors"`
-	// Latency is its judged latency (zero before its first MinSamples
-	// measured calls, or with SlowFactor off), PeakEWMA its peak
+	// Latency is its median latency, as estimated (zero before its first
+	// measured call, or with SlowFactor off), PeakEWMA its peak
 	// EWMA (PeakEWMA strategy only).
 	Latency  time.Duration `json:"latency"`
 	PeakEWMA time.Duration `json:"peak_ewma,omitempty"`
@@ -559,7 +606,7 @@ func (b *Balancer) Snapshot() Snapshot {
 		hs := HostSnapshot{
 			Addr: h.addr, InFlight: int(h.inFlight.Load()), Ejected: h.down.Load(),
 			Reason: h.reason, Ejections: h.total, ConsecutiveErrors: h.consec.Load(),
-			Latency:  time.Duration(h.judged),
+			Latency:  time.Duration(math.Float64frombits(h.median.Load())),
 			PeakEWMA: time.Duration(math.Float64frombits(h.peak.Load())),
 		}
 		if hs.Ejected {

@@ -112,17 +112,32 @@ func TestTwoHostsTakeTheLessLoaded(t *testing.T) {
 // gap between the most and least loaded of n hosts is about log log n,
 // where one random choice leaves a gap of about sqrt(calls/n log n).
 func TestSpreadsEvenly(t *testing.T) {
-	b := newBalancer(t, balance.Config{Hosts: hosts(10)})
-	for range 5000 {
-		b.Pick(nil)
-	}
-	lo, hi := math.MaxInt, 0
-	for _, h := range b.Hosts() {
-		lo, hi = min(lo, h.InFlight()), max(hi, h.InFlight())
-	}
-	if hi-lo > 4 {
-		t.Fatalf("in flight from %d to %d over 10 hosts after 5000 picks", lo, hi)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		for _, ejected := range []int{0, 1, 5} {
+			b := newBalancer(t, balance.Config{Hosts: hosts(10), SlowFactor: -1})
+			for _, h := range b.Hosts()[:ejected] {
+				for range 5 {
+					h.Done(watertight.Failure, time.Millisecond) // no Pick: -1 in flight
+				}
+			}
+			for range 5000 {
+				b.Pick(nil)
+			}
+			lo, hi := math.MaxInt, 0
+			for _, h := range b.Hosts() {
+				if h.Ejected() {
+					if h.InFlight() != -5 {
+						t.Fatalf("an ejected host took %d calls", h.InFlight()+5)
+					}
+					continue
+				}
+				lo, hi = min(lo, h.InFlight()), max(hi, h.InFlight())
+			}
+			if hi-lo > 4 {
+				t.Fatalf("%d ejected: in flight from %d to %d over the other hosts after 5000 picks", ejected, lo, hi)
+			}
+		}
+	})
 }
 
 func TestAvoid(t *testing.T) {
@@ -234,6 +249,7 @@ func TestEjectionCap(t *testing.T) {
 		}{
 			{1, 0, 0}, {2, 0, 1}, {3, 0, 1}, {4, 0, 2}, {10, 0, 5},
 			{10, 0.1, 1}, {10, 0.05, 1}, {3, 1, 2}, {10, 1, 9},
+			{100, 0.29, 29}, {100, 0.57, 57}, {90, 0.7, 63}, // not 28, 56, 62: float error
 		} {
 			b := newBalancer(t, balance.Config{Hosts: hosts(c.hosts), MaxEjectedShare: c.share, SlowFactor: -1})
 			for _, h := range b.Hosts() {
@@ -265,45 +281,42 @@ func TestEjectionCap(t *testing.T) {
 // within the default factor of 3.
 func TestSlowHostIsEjectedRelativeToThePool(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		run := func(lat func(i int) time.Duration) *balance.Balancer {
+		run := func(lat func(i, round int) time.Duration) *balance.Balancer {
 			b := newBalancer(t, balance.Config{Hosts: hosts(4), ConsecutiveErrors: -1})
-			for range 50 {
+			for round := range 60 {
 				for i, h := range b.Hosts() {
 					if !h.Ejected() {
-						h.Done(watertight.Success, lat(i))
+						h.Done(watertight.Success, lat(i, round))
 					}
 				}
 			}
 			return b
 		}
-		b := run(func(i int) time.Duration {
-			if i == 2 {
-				return 100 * time.Millisecond
-			}
-			return 10 * time.Millisecond
-		})
-		for i, h := range b.Snapshot().Hosts {
-			if h.Ejected != (i == 2) {
-				t.Fatalf("10× slower host 2: host %d %+v", i, h)
-			}
-			if i == 2 && h.Reason != balance.ReasonSlow {
-				t.Fatalf("reason %q", h.Reason)
-			}
-		}
+		const ms = time.Millisecond
 		for _, c := range []struct {
 			name string
-			lat  func(i int) time.Duration
+			slow int // the host that must be ejected, -1 for none
+			lat  func(i, round int) time.Duration
 		}{
-			{"all slow", func(int) time.Duration { return 2 * time.Second }},
-			{"2× slower", func(i int) time.Duration {
-				if i == 0 {
-					return 20 * time.Millisecond
-				}
-				return 10 * time.Millisecond
+			{"10× slower", 2, func(i, _ int) time.Duration { return map[bool]time.Duration{true: 100 * ms, false: 10 * ms}[i == 2] }},
+			{"most calls slow", 1, func(i, round int) time.Duration {
+				return map[bool]time.Duration{true: time.Second, false: 10 * ms}[i == 1 && round%4 != 0]
+			}},
+			{"all slow", -1, func(int, int) time.Duration { return 2 * time.Second }},
+			{"2× slower", -1, func(i, _ int) time.Duration { return map[bool]time.Duration{true: 20 * ms, false: 10 * ms}[i == 0] }},
+			// One call that hung (100× the usual) in each block of 20: the
+			// median of the block does not see it.
+			{"one hung call per block", -1, func(i, round int) time.Duration {
+				return map[bool]time.Duration{true: time.Second, false: 10 * ms}[i == 3 && round%20 == 7]
 			}},
 		} {
-			if s := run(c.lat).Snapshot(); s.Ejected != 0 {
-				t.Errorf("%s: %+v", c.name, s)
+			for i, h := range run(c.lat).Snapshot().Hosts {
+				if h.Ejected != (i == c.slow) {
+					t.Errorf("%s: host %d %+v", c.name, i, h)
+				}
+				if i == c.slow && h.Reason != balance.ReasonSlow {
+					t.Errorf("%s: reason %q", c.name, h.Reason)
+				}
 			}
 		}
 	})
@@ -317,23 +330,46 @@ func TestPeakEWMA(t *testing.T) {
 	if p1 == p2 {
 		t.Fatal("an unmeasured host with a call in flight took a second one")
 	}
-	p1.Done(watertight.Success, 10500*time.Microsecond)
+	p1.Done(watertight.Success, 10*time.Millisecond)
 	p2.Done(watertight.Success, time.Millisecond)
 	fast, slow := p2, p1
-	// Idle, the faster host wins; it keeps winning until its in-flight
-	// calls make it cost more: 1ms × (n+1) > 10.5ms from n = 10.
-	for i := range 10 {
+	// Idle, the faster host wins; while it does, the slow one's peak
+	// decays (×0.9 per pick it loses idle) and the fast one's cost grows
+	// with its calls in flight: (k+1) ms against 10 ms × 0.9^k, which the
+	// slow host wins from k = 5.
+	for k := range 5 {
 		if h := b.Pick(nil); h != fast {
-			t.Fatalf("pick %d went to the slow host (fast has %d in flight)", i, fast.InFlight())
+			t.Fatalf("pick %d went to the slow host (fast has %d in flight)", k, fast.InFlight())
 		}
 	}
 	if h := b.Pick(nil); h != slow {
-		t.Fatalf("the 11th pick: fast host costs 11ms, slow 10.5ms, got %s", h.Addr())
+		t.Fatalf("pick 5: fast costs 6ms, slow 10ms×0.9^5 = 5.9ms, got %s", h.Addr())
 	}
 	// A slow call lifts the peak at once.
 	fast.Done(watertight.Success, 50*time.Millisecond)
 	if got := b.Snapshot().Hosts[fast.Index()].PeakEWMA; got != 50*time.Millisecond {
 		t.Fatalf("peak after a 50ms call: %v", got)
+	}
+}
+
+// One slow call must not starve a host: passed over while idle, its peak
+// decays until it is tried again.
+func TestPeakEWMAForgetsOneSlowCall(t *testing.T) {
+	b := newBalancer(t, balance.Config{Hosts: hosts(3), Strategy: balance.PeakEWMA})
+	got := make([]int, 3)
+	for i := range 1000 {
+		h := b.Pick(nil)
+		got[h.Index()]++
+		lat := 10 * time.Millisecond
+		if i == 0 {
+			lat = time.Second
+		}
+		h.Done(watertight.Success, lat)
+	}
+	for i, n := range got {
+		if n < 100 {
+			t.Fatalf("calls per host %v: host %d was starved", got, i)
+		}
 	}
 }
 

@@ -10,25 +10,28 @@
 //
 //   - failed its last [Config].ConsecutiveErrors calls (5), or
 //   - is more than [Config].SlowFactor (3) times slower than the median of
-//     the other hosts, judged every [Config].MinSamples (20) of its calls:
-//     relative to the pool, so a dependency that is slow everywhere ejects
-//     nothing;
+//     the other hosts, judged every [Config].MinSamples (20) of its
+//     measured calls (more than half of them that much slower): relative
+//     to the pool, so a dependency that is slow everywhere ejects nothing,
+//     and robust to a call that hung;
 //
 // for [Config].BaseEjection (30s), doubled for each ejection that follows
 // soon after it returned, up to [Config].MaxEjection (5m); never more than
 // [Config].MaxEjectedShare (half) of the pool at once, and never a pool's
-// last host. A retry passes the host of the failed attempt to Pick, which
+// last host. Pick draws from the hosts not ejected, so the load stays even
+// over them. A retry passes the host of the failed attempt to Pick, which
 // avoids it whenever another host can take the call.
 //
 // Pick and Done are a few atomic operations: no lock, no clock read, no
-// allocation. Judging a host's latency takes a mutex once every MinSamples
-// of its calls; an ejected host comes back on a timer, not on a clock read
-// in Pick. Ejections and returns are EventStateChange events with Source
+// allocation, but for the rare Done that judges a host's latency (a mutex,
+// once every MinSamples of its calls) or ejects it (a clock read, its
+// event, the timer that brings it back). Ejections and returns are EventStateChange events with Source
 // "balance" and a stable Reason code ([ReasonConsecutiveErrors],
 // [ReasonSlow], [ReasonEjectionEnded]); [Balancer.Snapshot] is the pool's
 // state for an admin view.
 //
 // A Balancer knows nothing of breakers or retries: a circuit breaker per
 // host (package circuit) sits after Pick, and a retry policy (package retry)
-// around both; the gateway (watertight proxy) assembles them that way.
+// around both; watertighthttp.TransportConfig.Balancer assembles them that
+// way for HTTP.
 package balance

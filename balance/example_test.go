@@ -34,7 +34,7 @@ func Example() {
 		h.Done(o, time.Since(start))
 	}
 	down := func(addr string) bool { return addr != "10.0.0.2:8080" }
-	for range 30 {
+	for b.Snapshot().Ejected == 0 {
 		call(down)
 	}
 	s := b.Snapshot()
