@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watertight-go/watertight/balance"
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/watertighthttp"
@@ -42,6 +43,17 @@ func BenchmarkTransport(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The same, over a pool of four hosts: each attempt picks its host
+	// (TransportConfig.Balancer) and takes that host's breaker and
+	// bulkhead.
+	bal, err := balance.New(balance.Config{Hosts: []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	balanced, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{Base: staticRT{}, Breakers: breakers, Bulkheads: bulkheads, Balancer: bal})
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://backend.example/item", nil)
@@ -51,7 +63,7 @@ func BenchmarkTransport(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		rt   http.RoundTripper
-	}{{"inner", staticRT{}}, {"watertight", wt}} {
+	}{{"inner", staticRT{}}, {"watertight", wt}, {"balanced", balanced}} {
 		call := func() {
 			resp, err := tc.rt.RoundTrip(req)
 			if err != nil || resp.StatusCode != http.StatusOK {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/balance"
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/deadline"
@@ -87,6 +88,23 @@ type TransportConfig struct {
 	// overloaded counting as a drop. Its refusal is limit.ErrLimited, a
 	// saturation that is not retried. If nil, no adaptive limit.
 	Limiters *limit.Registry
+	// Balancer, if not nil, spreads the attempts over a pool of hosts: each
+	// attempt goes to the host it picks (balance.Balancer.Pick, avoiding
+	// the host of the attempt before, so that a retry goes to another host
+	// whenever the pool has one), in place of the request URL's host (the
+	// Host header stays as the request sets it), and ends that host's call
+	// with the attempt's outcome and the time to its answer's header, so
+	// that a host that fails or is slow is ejected. A successful answer's
+	// call ends when its body is closed or read to its end, so that the
+	// calls in flight count streaming answers. The breakers, bulkheads and
+	// limiters are then those of the picked host's keys (Key sees the
+	// attempt's request, its URL's host the picked one), taken per
+	// attempt: a host whose breaker is open or whose bulkhead or limit is
+	// full is passed over for another, each host at most once per attempt,
+	// before the rejection is returned. The retry policy is around the
+	// pick. The caller's own cancellation or deadline does not count
+	// against a host; an attempt timeout (AttemptTimeout) does.
+	Balancer *balance.Balancer
 	// Retry configures the retry policy. The Transport decides per request
 	// whether it may be retried, whatever Retry.Idempotent says: requests
 	// with an idempotent method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), an
@@ -186,6 +204,8 @@ type Transport struct {
 	breakers  *circuit.Registry
 	bulkheads *bulkhead.Registry
 	limiters  *limit.Registry
+	balancer  *balance.Balancer
+	outer     *pipes // with a balancer: the retry policies alone
 	dl        *deadline.Propagator
 	dlHeader  string // dl's header, in canonical form
 	timeouts  timeoutCache
@@ -219,6 +239,9 @@ type pipes struct {
 	bulk               *bulkhead.Bulkhead
 	lim                *limit.Limiter
 	idem, once, single *watertight.Pipeline
+	// inner, with a Balancer, is the key's protections without the retry
+	// policy, for one attempt to a picked host; nil if it has none.
+	inner *watertight.Pipeline
 }
 
 // ErrAttemptTimeout is matched (errors.Is) by the error of an attempt that
@@ -282,6 +305,7 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		breakers:  cfg.Breakers,
 		bulkheads: cfg.Bulkheads,
 		limiters:  cfg.Limiters,
+		balancer:  cfg.Balancer,
 		dl:        cfg.Deadline,
 		retries:   cfg.Retry.MaxAttempts != 1,
 		onEvent:   cfg.Retry.OnEvent,
@@ -322,6 +346,9 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 	var err error
 	if t.idem, t.once, t.single, err = retryPolicies(t.rc); err != nil {
 		return nil, fmt.Errorf("watertighthttp: TransportConfig.Retry: %w", err)
+	}
+	if t.balancer != nil {
+		t.outer = t.build("", nil, nil, nil, nil)
 	}
 	if t.breakers == nil && t.bulkheads == nil && t.limiters == nil && t.listener == nil {
 		t.shared = t.build("", nil, nil, nil, nil)
@@ -399,23 +426,26 @@ func (t *Transport) build(key string, host, b *circuit.Breaker, h *bulkhead.Bulk
 			idem, once, single = i, o, s
 		}
 	}
+	var guards []watertight.Policy
+	if host != nil {
+		guards = append(guards, hostBreaker{host})
+	}
+	if b != nil {
+		guards = append(guards, b)
+	}
+	if h != nil {
+		guards = append(guards, h)
+	}
+	if l != nil {
+		guards = append(guards, l)
+	}
 	mk := func(r *retry.Policy) *watertight.Pipeline {
-		pols := []watertight.Policy{r}
-		if host != nil {
-			pols = append(pols, hostBreaker{host})
-		}
-		if b != nil {
-			pols = append(pols, b)
-		}
-		if h != nil {
-			pols = append(pols, h)
-		}
-		if l != nil {
-			pols = append(pols, l)
-		}
-		return watertight.MustNew(pols...)
+		return watertight.MustNew(append([]watertight.Policy{r}, guards...)...)
 	}
 	p.idem, p.once, p.single = mk(idem), mk(once), mk(single)
+	if t.balancer != nil && len(guards) > 0 {
+		p.inner = watertight.MustNew(guards...)
+	}
 	return p
 }
 
@@ -527,22 +557,36 @@ func closeBody(req *http.Request) {
 // RoundTrip implements http.RoundTripper; see Transport for what it returns.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
+	if t.balancer != nil {
+		return t.roundTripBalanced(ctx, req)
+	}
 	p, err := t.pipes(req)
 	if err != nil {
 		closeBody(req)
 		return nil, err
 	}
-	idempotent := idempotentMethod(req.Method) || headerValue(req.Header, HeaderIdempotencyKey) != "" || retry.IsIdempotent(ctx)
-	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	pipe := p.once
-	switch {
-	case idempotent && replayable:
-		pipe = p.idem
-	case idempotent:
-		pipe = p.single
-	}
+	pipe := p.choose(ctx, req)
 	a := attempt{t: t, req: req}
 	resp, err := watertight.Do(ctx, pipe, a.do)
+	return t.result(ctx, req, p, pipe, &a, resp, err)
+}
+
+// choose returns the pipeline for req: retrying if it is idempotent and its
+// body can be replayed, sent once otherwise.
+func (p *pipes) choose(ctx context.Context, req *http.Request) *watertight.Pipeline {
+	idempotent := idempotentMethod(req.Method) || headerValue(req.Header, HeaderIdempotencyKey) != "" || retry.IsIdempotent(ctx)
+	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	switch {
+	case idempotent && replayable:
+		return p.idem
+	case idempotent:
+		return p.single
+	}
+	return p.once
+}
+
+// result turns the pipeline's answer into RoundTrip's.
+func (t *Transport) result(ctx context.Context, req *http.Request, p *pipes, pipe *watertight.Pipeline, a *attempt, resp *http.Response, err error) (*http.Response, error) {
 	if !a.bodySent {
 		closeBody(req)
 	}

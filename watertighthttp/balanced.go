@@ -1,0 +1,125 @@
+package watertighthttp
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/balance"
+)
+
+// balancedAttempt is a request's state across its attempts with a
+// Balancer: the attempt state of an unbalanced request, and the host the
+// last attempt went to, which the next one avoids.
+type balancedAttempt struct {
+	attempt
+	orig *http.Request
+	host *balance.Host
+}
+
+// roundTripBalanced is RoundTrip with TransportConfig.Balancer: the retry
+// policy around the pick of a host and that host's protections.
+func (t *Transport) roundTripBalanced(ctx context.Context, req *http.Request) (*http.Response, error) {
+	p := t.outer
+	pipe := p.choose(ctx, req)
+	b := &balancedAttempt{attempt: attempt{t: t, req: req}, orig: req}
+	resp, err := watertight.Do(ctx, pipe, b.do)
+	return t.result(ctx, req, p, pipe, &b.attempt, resp, err)
+}
+
+// do is one attempt: it picks a host, passing over those whose protections
+// refuse the attempt, and sends the attempt there.
+func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
+	t := b.t
+	avoid := b.host
+	var err error
+	for range t.balancer.Len() {
+		h := t.balancer.Pick(avoid)
+		ru := new(requestURL) // the attempt's request and URL, one allocation
+		ru.r, ru.u = *b.orig, *b.orig.URL
+		ru.u.Host = h.Addr()
+		ru.r.URL = &ru.u
+		r := &ru.r
+		p, perr := t.pipes(r)
+		if perr != nil {
+			h.Done(watertight.Ignored, 0)
+			return nil, perr
+		}
+		sent := b.n
+		b.req = r
+		start := time.Now()
+		var resp *http.Response
+		if p.inner != nil {
+			resp, err = watertight.Do(ctx, p.inner, b.attempt.do)
+		} else {
+			resp, err = b.attempt.do(ctx)
+		}
+		b.req = b.orig
+		if b.n == sent {
+			// Refused before it was sent: this host's breaker is open, or
+			// its bulkhead or limit is full. Another host may take it.
+			h.Done(watertight.Ignored, 0)
+			if !watertight.IsRejection(err) {
+				return resp, err
+			}
+			avoid = h
+			continue
+		}
+		b.host = h
+		lat := time.Since(start)
+		if err != nil {
+			o := watertight.Classify(ctx, err)
+			if ctx.Err() != nil {
+				o = watertight.Ignored // the caller's own end, not the host's
+			}
+			h.Done(o, lat)
+			return nil, err
+		}
+		if _, hijacked := resp.Body.(io.Writer); hijacked || resp.Body == nil || resp.Body == http.NoBody {
+			h.Done(watertight.Success, lat)
+		} else {
+			resp.Body = &hostBody{ReadCloser: resp.Body, h: h, lat: lat}
+		}
+		return resp, nil
+	}
+	return nil, err
+}
+
+// requestURL is a request to a picked host with its URL.
+type requestURL struct {
+	r http.Request
+	u url.URL
+}
+
+// hostBody ends its host's call when the answer's body is closed or read
+// to its end.
+type hostBody struct {
+	io.ReadCloser
+	h    *balance.Host
+	lat  time.Duration
+	done atomic.Bool
+}
+
+func (b *hostBody) end() {
+	if b.done.CompareAndSwap(false, true) {
+		b.h.Done(watertight.Success, b.lat)
+	}
+}
+
+func (b *hostBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.end()
+	}
+	return n, err
+}
+
+func (b *hostBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.end()
+	return err
+}
