@@ -798,6 +798,7 @@ func (d *decoder) readFile(root *yaml.Node) *File {
 	defs := map[string]*yaml.Node{}
 	if doc != nil && doc.Kind != 0 {
 		known := append([]string{"defaults"}, sections...)
+		known = append(known, sortedKeys(d.extra)...)
 		if dd := deref(doc); dd == nil || (dd.Kind != yaml.MappingNode && !isNull(dd)) {
 			d.fail(doc.Line, "", "the file must be a mapping with the sections %s; got %s", strings.Join(known, ", "), describe(doc))
 			return f
@@ -819,6 +820,11 @@ func (d *decoder) readFile(root *yaml.Node) *File {
 				}
 			case contains(sections, p.key):
 				top[p.key] = p.val
+			case d.extra[p.key] != nil:
+				if d.extraNodes == nil {
+					d.extraNodes = map[string]*yaml.Node{}
+				}
+				d.extraNodes[p.key] = p.val
 			case strings.HasPrefix(p.key, "x-"):
 				// Extension keys, left alone: a place for anchors.
 			default:

@@ -19,6 +19,9 @@ type decoder struct {
 	seen map[Error]bool // errors reported, to report each once
 	work int            // mapping pairs visited, against alias bombs
 	bomb bool
+
+	extra      map[string]Section    // ParseWith's sections of the caller's own
+	extraNodes map[string]*yaml.Node // their nodes in the file
 }
 
 // maxWork bounds the mapping pairs one file may make the decoder visit,
