@@ -577,8 +577,8 @@ type HostSnapshot struct {
 	// Latency is its median latency, as estimated (zero before its first
 	// measured call, or with SlowFactor off), PeakEWMA its peak
 	// EWMA (PeakEWMA strategy only).
-	Latency  time.Duration `json:"latency"`
-	PeakEWMA time.Duration `json:"peak_ewma,omitempty"`
+	Latency  time.Duration `json:"latency_ns"`
+	PeakEWMA time.Duration `json:"peak_ewma_ns,omitempty"`
 }
 
 // Snapshot is a Balancer's state at a moment, for an admin view.
