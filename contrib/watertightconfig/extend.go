@@ -36,9 +36,16 @@ type Entry struct {
 // the value is wrong; the Section goes on, so that a user sees every
 // mistake at once.
 type Decoder struct {
-	d    *decoder
-	file *File
+	d     *decoder
+	file  *File
+	after *[]func()
 }
+
+// After runs check once every Section has been read, for the rules that
+// join sections (a route naming an upstream); checks run in the order
+// they were registered. Sections themselves run in the order of their
+// names.
+func (d *Decoder) After(check func()) { *d.after = append(*d.after, check) }
 
 // File returns the library's sections as read from the same file, for
 // checking names: File().Breakers["per-host"].
@@ -69,7 +76,15 @@ func (d *Decoder) Mapping(n *yaml.Node, path string) (entries []Entry, ok bool) 
 // Unknown reports the key e as not one of known, suggesting the closest
 // when it looks like a typo.
 func (d *Decoder) Unknown(e Entry, path string, known []string) {
-	d.d.unknown(e.Line, join(path, e.Key), e.Key, known)
+	what := "field"
+	if path == "" {
+		what = "section"
+	}
+	if s := suggest(e.Key, known); s != "" {
+		d.d.fail(e.Line, join(path, e.Key), "unknown %s (did you mean %s?)", what, s)
+		return
+	}
+	d.d.fail(e.Line, join(path, e.Key), "unknown %s (%ss: %s)", what, what, strings.Join(known, ", "))
 }
 
 // Fields calls read for each entry of the mapping n whose key is in
@@ -135,8 +150,8 @@ func (d *Decoder) Strings(n *yaml.Node, path string) ([]string, bool) {
 // Int reads an integer within [lo, hi].
 func (d *Decoder) Int(n *yaml.Node, path string, lo, hi int64) (int64, bool) {
 	v, msg := intValue(n)
-	if msg == "" {
-		msg = intRule(lo, hi, v)
+	if msg == "" && (v < lo || v > hi) {
+		msg = fmt.Sprintf("%s, got %d", intRule(lo, hi, v), v)
 	}
 	return v, d.value(n, path, msg)
 }
@@ -233,9 +248,12 @@ func ParseWith(name string, data []byte, sections map[string]Section) (*File, er
 	}
 	f := d.readFile(&root)
 	if !d.bomb {
-		names := sortedKeys(sections)
-		for _, k := range names {
-			sections[k](&Decoder{d: d, file: f}, d.extraNodes[k])
+		var after []func()
+		for _, k := range sortedKeys(sections) {
+			sections[k](&Decoder{d: d, file: f, after: &after}, d.extraNodes[k])
+		}
+		for _, check := range after {
+			check()
 		}
 	}
 	if len(d.errs) > 0 {

@@ -100,7 +100,7 @@ rutes: {}
 		"gw.yaml:2: breakers.per-host.min_calls:",
 		"gw.yaml:6: routes.catalog.timeout: must be a duration",
 		`gw.yaml:7: routes.catalog.breaker: names breakers "per-hots", which the file does not define (it has per-host); did you mean "per-host"?`,
-		`gw.yaml:8: routes.catalog.method: unknown`,
+		`gw.yaml:8: routes.catalog.method: unknown field (did you mean methods?)`,
 		`gw.yaml:9: rutes: unknown`,
 	}
 	text := err.Error()
