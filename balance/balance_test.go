@@ -108,9 +108,9 @@ func TestTwoHostsTakeTheLessLoaded(t *testing.T) {
 	}
 }
 
-// The power of two choices keeps the load within a few calls of even: the
-// gap between the most and least loaded of n hosts is about log log n,
-// where one random choice leaves a gap of about sqrt(calls/n log n).
+// The power of two choices keeps the load within a few calls of even,
+// where one random choice leaves a gap that grows with the square root of
+// the calls.
 func TestSpreadsEvenly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		for _, ejected := range []int{0, 1, 5} {
@@ -133,7 +133,12 @@ func TestSpreadsEvenly(t *testing.T) {
 				}
 				lo, hi = min(lo, h.InFlight()), max(hi, h.InFlight())
 			}
-			if hi-lo > 4 {
+			// Over 20,000 runs of this test's 0-ejected case the gap was
+			// 2–4 on 97% of them and at most 8, its tail falling about
+			// fourfold per call (so above 12 about once in 10^6 runs); one
+			// random choice would leave about 70 (four standard deviations
+			// of 500 ± 21).
+			if hi-lo > 12 {
 				t.Fatalf("%d ejected: in flight from %d to %d over the other hosts after 5000 picks", ejected, lo, hi)
 			}
 		}
