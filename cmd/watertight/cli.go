@@ -47,10 +47,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runLab(ctx, args[1:], stdout, stderr)
 	case "config":
 		return runConfig(ctx, args[1:], stdout, stderr)
+	case "proxy":
+		return runProxy(ctx, args[1:], stdout, stderr)
 	case "version":
 		return runVersion(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "watertight: unknown command %q (commands: lab, config, version, help; see watertight -h)\n", args[0])
+	fmt.Fprintf(stderr, "watertight: unknown command %q (commands: lab, config, proxy, version, help; see watertight -h)\n", args[0])
 	return exitUsage
 }
 
@@ -61,7 +63,7 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if len(args) > 1 {
-		fmt.Fprintf(stderr, "watertight help: name one topic, not %d (topics: lab, config, version)\n", len(args))
+		fmt.Fprintf(stderr, "watertight help: name one topic, not %d (topics: lab, config, proxy, version)\n", len(args))
 		return exitUsage
 	}
 	switch args[0] {
@@ -69,10 +71,12 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 		labUsage(stdout)
 	case "config":
 		configUsage(stdout)
+	case "proxy":
+		proxyUsage(stdout)
 	case "version":
 		fmt.Fprint(stdout, versionUsage)
 	default:
-		fmt.Fprintf(stderr, "watertight help: unknown topic %q (topics: lab, config, version)\n", args[0])
+		fmt.Fprintf(stderr, "watertight help: unknown topic %q (topics: lab, config, proxy, version)\n", args[0])
 		return exitUsage
 	}
 	return exitOK
@@ -87,6 +91,7 @@ Usage:
 Commands:
   lab      run the lab's scenarios: tables, checks against the literature, a report with charts
   config   validate a configuration file, print what it resolves to (watertight config check FILE)
+  proxy    run the gateway: every protection in front of services in any language (--config FILE)
   version  print the module's version and the Go version it was built with
   help     print this text (watertight help lab, help config: their flags)
 

@@ -125,7 +125,7 @@ func TestUsageErrorsNameTheRule(t *testing.T) {
 		{[]string{"lab", "--stall=0s"}, "must be above zero"},
 		{[]string{"lab", "--stall", "-1s"}, "must be above zero"},
 		{[]string{"lab", "--stall", "soon"}, "want a duration with its unit, e.g. 3s"},
-		{[]string{"help", "nosuch"}, `unknown topic "nosuch" (topics: lab, config, version)`},
+		{[]string{"help", "nosuch"}, `unknown topic "nosuch" (topics: lab, config, proxy, version)`},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
 		if code != exitUsage || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "parse error") {

@@ -8,6 +8,7 @@ require (
 	github.com/watertight-go/watertight/contrib/watertightconfig v0.0.0
 	github.com/watertight-go/watertight/contrib/watertightotel v0.0.0
 	github.com/watertight-go/watertight/contrib/watertightprom v0.0.0
+	github.com/watertight-go/watertight/gateway v0.0.0
 	github.com/watertight-go/watertight/lab v0.0.0
 	go.opentelemetry.io/otel/exporters/prometheus v0.68.0
 	go.opentelemetry.io/otel/sdk/metric v1.46.0
@@ -40,7 +41,6 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
-	gonum.org/v1/gonum v0.17.0 // indirect
 	gonum.org/v1/plot v0.17.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
@@ -50,5 +50,6 @@ replace (
 	github.com/watertight-go/watertight/contrib/watertightconfig => ../../contrib/watertightconfig
 	github.com/watertight-go/watertight/contrib/watertightotel => ../../contrib/watertightotel
 	github.com/watertight-go/watertight/contrib/watertightprom => ../../contrib/watertightprom
+	github.com/watertight-go/watertight/gateway => ../../gateway
 	github.com/watertight-go/watertight/lab => ../../lab
 )

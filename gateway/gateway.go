@@ -1,0 +1,435 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/balance"
+	"github.com/watertight-go/watertight/budget"
+	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/circuit"
+	"github.com/watertight-go/watertight/contrib/watertightconfig"
+	"github.com/watertight-go/watertight/contrib/watertightprom"
+	"github.com/watertight-go/watertight/retry"
+	"github.com/watertight-go/watertight/watertighthttp"
+)
+
+// Options are what a Gateway takes beside its Config.
+type Options struct {
+	// Logger receives the gateway's log: listeners, state changes,
+	// refused reloads. If nil, slog.Default().
+	Logger *slog.Logger
+	// Listener, if not nil, receives every protection's events too.
+	Listener watertight.Listener
+	// DrainTimeout bounds how long Run waits for requests in flight once
+	// its context ends. Default 30s.
+	DrainTimeout time.Duration
+}
+
+// Gateway is `watertight proxy`: the listeners of a Config, each request
+// matched to a route and sent to the route's upstream pool through the
+// library's protections. Build it with New; serve it with Run, or mount
+// Handler and Admin in servers of your own.
+type Gateway struct {
+	cfg    *Config
+	opts   Options
+	log    *slog.Logger
+	reg    *watertightconfig.Registry
+	prom   *watertightprom.Collector
+	ups    map[string]*upstream
+	routes []*route
+	ready  atomic.Bool
+}
+
+type upstream struct {
+	cfg      Upstream
+	bal      *balance.Balancer
+	breakers *circuit.Registry // nil: no breaker
+	base     *http.Transport
+}
+
+type route struct {
+	cfg     Route
+	up      *upstream
+	handler http.Handler
+	bulk    *bulkhead.Bulkhead
+	budget  *budget.Budget
+	lis     map[string]bool // nil: every listener
+	trusted map[string][]netip.Prefix
+}
+
+// New builds a Gateway for cfg: every instance of the library's sections,
+// a Balancer per upstream and the protections of every route. It dials
+// nothing and listens nowhere; Run does.
+func New(cfg *Config, opts Options) (*Gateway, error) {
+	g := &Gateway{cfg: cfg, opts: opts, log: opts.Logger, ups: map[string]*upstream{}}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if g.opts.DrainTimeout <= 0 {
+		g.opts.DrainTimeout = 30 * time.Second
+	}
+	prom, err := watertightprom.NewCollector(watertightprom.Config{})
+	if err != nil {
+		return nil, err
+	}
+	g.prom = prom
+	lis := watertight.Listeners(prom, opts.Listener, watertight.ListenerFunc(g.logEvent))
+	reg, err := watertightconfig.NewRegistry(cfg.Library, watertightconfig.Options{Listener: lis})
+	if err != nil {
+		return nil, err
+	}
+	g.reg = reg
+	for name, u := range cfg.Upstreams {
+		bc := u.Balance
+		bc.Hosts, bc.Name, bc.Listener = u.Hosts, name, lis
+		bal, err := balance.New(bc)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: upstream %s: %w", name, err)
+		}
+		up := &upstream{cfg: u, bal: bal, base: &http.Transport{
+			Proxy:                 nil, // only the configured hosts are ever dialled
+			DialContext:           (&net.Dialer{Timeout: u.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:          1024,
+			MaxIdleConnsPerHost:   256,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}}
+		if u.Breaker != "" {
+			if up.breakers, err = reg.CircuitRegistry(u.Breaker); err != nil {
+				return nil, fmt.Errorf("gateway: upstream %s: %w", name, err)
+			}
+			prom.AddBreakerRegistry(name, up.breakers)
+		}
+		g.ups[name] = up
+	}
+	for _, rc := range cfg.Routes {
+		rt, err := g.newRoute(rc, lis)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: route %s: %w", rc.Name, err)
+		}
+		g.routes = append(g.routes, rt)
+	}
+	return g, nil
+}
+
+func (g *Gateway) newRoute(rc Route, lis watertight.Listener) (*route, error) {
+	rt := &route{cfg: rc, up: g.ups[rc.Upstream], trusted: map[string][]netip.Prefix{}}
+	if rt.up == nil {
+		return nil, fmt.Errorf("no upstream %q", rc.Upstream)
+	}
+	if len(rc.Listeners) > 0 {
+		rt.lis = map[string]bool{}
+		for _, l := range rc.Listeners {
+			rt.lis[l] = true
+		}
+	}
+	for name, l := range g.cfg.Listeners {
+		rt.trusted[name] = l.TrustedProxies
+	}
+	var rcfg retry.Config
+	if rc.Retry != "" {
+		var err error
+		if rcfg, err = g.reg.RetryConfig(rc.Retry); err != nil {
+			return nil, err
+		}
+	} else {
+		b, err := budget.New(budget.Config{Name: rc.Name, Listener: lis})
+		if err != nil {
+			return nil, err
+		}
+		rt.budget = b
+		g.prom.AddBudget(rc.Name, b)
+		rcfg = retry.Config{Name: rc.Name, MaxAttempts: 2, Budget: b}
+	}
+	rcfg.Listener = lis
+	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{
+		Base: rt.up.base, Balancer: rt.up.bal, Breakers: rt.up.breakers, MaxEndpoints: -1,
+		Retry: rcfg, AttemptTimeout: rc.PerTryTimeout, Name: rc.Name, Listener: lis,
+	})
+	if err != nil {
+		return nil, err
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite:      rt.rewrite,
+		Transport:    tr,
+		ErrorHandler: rt.errorHandler,
+		ErrorLog:     slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		BufferPool:   bufferPool{},
+	}
+	var h http.Handler = proxy
+	if rc.Bulkhead != "" {
+		if rt.bulk, err = g.reg.Bulkhead(rc.Bulkhead); err != nil {
+			return nil, err
+		}
+		g.prom.AddBulkhead(rt.bulk)
+		h = rt.bulkheaded(h)
+	}
+	h = rt.limited(h)
+	// The server-side guards: incoming deadlines (ours, grpc-timeout,
+	// Envoy's), dead requests shed, criticality.
+	guarded, err := watertighthttp.NewHandler(h, watertighthttp.HandlerConfig{
+		Name: rc.Name, MaxConcurrent: -1, Logger: g.log, Listener: lis,
+		Route: func(*http.Request) string { return rc.Name },
+	})
+	if err != nil {
+		return nil, err
+	}
+	rt.handler = guarded
+	return rt, nil
+}
+
+// logEvent logs the state changes of every protection.
+func (g *Gateway) logEvent(e watertight.Event) {
+	if e.Kind != watertight.EventStateChange {
+		return
+	}
+	g.log.Info("state change", "source", e.Source, "name", e.Name, "key", e.Key, "from", e.From, "to", e.To, "reason", e.Reason)
+}
+
+// listenerKey is the context key of the listener a request came in on.
+type listenerKey struct{}
+
+// Handler returns the handler of the public listener named listener: it
+// matches each request to a route and serves it. A request no route
+// matches gets 404.
+func (g *Gateway) Handler(listener string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rt := g.match(listener, r)
+		if rt == nil {
+			http.Error(w, "watertight: proxy: no route for "+r.Method+" "+r.URL.Path, http.StatusNotFound)
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), listenerKey{}, listener))
+		rt.handler.ServeHTTP(w, r)
+	})
+}
+
+// match returns the route for r: of those whose listener, host, method
+// and path prefix match, the most specific (moreSpecific).
+func (g *Gateway) match(listener string, r *http.Request) *route {
+	host := strings.ToLower(r.Host)
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	var best *route
+	for _, rt := range g.routes {
+		c := &rt.cfg
+		if rt.lis != nil && !rt.lis[listener] {
+			continue
+		}
+		if c.Host != "" && c.Host != host {
+			continue
+		}
+		if len(c.Methods) > 0 && !slices.Contains(c.Methods, r.Method) {
+			continue
+		}
+		if !prefixMatch(c.PathPrefix, r.URL.Path) {
+			continue
+		}
+		if best == nil || moreSpecific(c, &best.cfg) {
+			best = rt
+		}
+	}
+	return best
+}
+
+// moreSpecific reports whether route a beats route b when both match: a
+// route for the request's host beats one for any host (as a virtual host
+// does), then the longer path prefix, then a route for listed methods
+// beats one for any; on a tie the first in the file (b) stays.
+func moreSpecific(a, b *Route) bool {
+	if (a.Host != "") != (b.Host != "") {
+		return a.Host != ""
+	}
+	if len(a.PathPrefix) != len(b.PathPrefix) {
+		return len(a.PathPrefix) > len(b.PathPrefix)
+	}
+	return len(a.Methods) > 0 && len(b.Methods) == 0
+}
+
+// prefixMatch: "/api/" matches below it; "/api" matches /api and below
+// /api/, not /apix.
+func prefixMatch(prefix, path string) bool {
+	if !strings.HasPrefix(path, prefix) {
+		return false
+	}
+	return strings.HasSuffix(prefix, "/") || len(path) == len(prefix) || path[len(prefix)] == '/'
+}
+
+// limited bounds the request's body, keeps what a retry needs of it, and
+// sets the route's timeout.
+func (rt *route) limited(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &rt.cfg
+		if r.Body != nil && r.Body != http.NoBody {
+			if c.MaxBodyBytes > 0 {
+				if r.ContentLength > c.MaxBodyBytes {
+					http.Error(w, fmt.Sprintf("watertight: proxy: request body of %d bytes is over the route's limit of %d", r.ContentLength, c.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+					return
+				}
+				r.Body = http.MaxBytesReader(w, r.Body, c.MaxBodyBytes)
+			}
+			if err := replayable(r, c.RetryBodyBytes); err != nil {
+				var mb *http.MaxBytesError
+				if errors.As(err, &mb) {
+					http.Error(w, fmt.Sprintf("watertight: proxy: request body is over the route's limit of %d bytes", c.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+					return
+				}
+				http.Error(w, "watertight: proxy: reading the request body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+		}
+		if c.Timeout > 0 {
+			ctx, cancel := context.WithTimeout(r.Context(), c.Timeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// replayable reads up to limit bytes of r's body: a body that ends within
+// them is kept, and r gets a GetBody so that a retry can send it again; a
+// longer one is streamed on (what was read, then the rest), not
+// replayable, so the request is sent once.
+func replayable(r *http.Request, limit int64) error {
+	if limit <= 0 {
+		return nil
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return err
+	}
+	if int64(len(buf)) <= limit {
+		r.Body.Close()
+		r.ContentLength = int64(len(buf))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
+		r.Body, _ = r.GetBody()
+		return nil
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
+	return nil
+}
+
+// bulkheaded admits the route's requests through its bulkhead: one that
+// is full (or whose wait ends) answers 503 with the overloaded signal.
+func (rt *route) bulkheaded(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := rt.bulk.Acquire(r.Context()); err != nil {
+			if r.Context().Err() != nil {
+				return // the client went away or its deadline passed while it waited
+			}
+			w.Header().Set(watertighthttp.HeaderOverloaded, "true")
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "watertight: proxy: route "+rt.cfg.Name+" is at its limit: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer rt.bulk.Release()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// rewrite makes the upstream request: the upstream's scheme and logical
+// name (the Transport's Balancer puts a host of the pool in its place on
+// every attempt), the client's Host kept, X-Forwarded-For appended to only
+// when the client is a trusted proxy.
+func (rt *route) rewrite(pr *httputil.ProxyRequest) {
+	pr.Out.URL.Scheme = rt.up.cfg.Scheme
+	pr.Out.URL.Host = rt.up.cfg.Name
+	pr.Out.Host = pr.In.Host
+	client, _, err := net.SplitHostPort(pr.In.RemoteAddr)
+	if err != nil {
+		client = pr.In.RemoteAddr
+	}
+	xff := client
+	if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 && rt.trusts(pr.In, client) {
+		xff = strings.Join(prior, ", ") + ", " + client
+	}
+	pr.Out.Header.Set("X-Forwarded-For", xff)
+	if pr.In.Header.Get("X-Forwarded-Host") == "" || !rt.trusts(pr.In, client) {
+		pr.Out.Header.Set("X-Forwarded-Host", pr.In.Host)
+	} else {
+		pr.Out.Header.Set("X-Forwarded-Host", pr.In.Header.Get("X-Forwarded-Host"))
+	}
+	proto := "http"
+	if pr.In.TLS != nil {
+		proto = "https"
+	}
+	pr.Out.Header.Set("X-Forwarded-Proto", proto)
+}
+
+// trusts reports whether the client address is one of the listener's
+// trusted proxies.
+func (rt *route) trusts(r *http.Request, client string) bool {
+	name, _ := r.Context().Value(listenerKey{}).(string)
+	nets := rt.trusted[name]
+	if len(nets) == 0 {
+		return false
+	}
+	a, err := netip.ParseAddr(client)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range nets {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// errorHandler answers a request the upstream could not: the route's
+// fallback when it has one, else watertighthttp.ProxyErrorHandler's
+// status (503 with the overloaded signal for an open breaker or a
+// refusal, 504 for a deadline, 502 otherwise).
+func (rt *route) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled) {
+		return // the client went away: nobody reads an answer
+	}
+	if fb := rt.cfg.Fallback; fb != nil {
+		w.Header().Set("Content-Type", fb.ContentType)
+		w.Header().Set("Content-Length", strconv.Itoa(len(fb.Body)))
+		w.Header().Set("X-Watertight-Fallback", rt.cfg.Name)
+		w.WriteHeader(fb.Status)
+		io.WriteString(w, fb.Body)
+		return
+	}
+	watertighthttp.ProxyErrorHandler(w, r, err)
+}
+
+// bufferPool lends ReverseProxy its 32 KiB copy buffers.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+
+// Close closes the idle connections to the upstreams. Run does it when it
+// returns; call it when you serve Handler yourself and are done.
+func (g *Gateway) Close() {
+	for _, up := range g.ups {
+		up.base.CloseIdleConnections()
+	}
+}
