@@ -175,7 +175,7 @@ type Host struct {
 	addr  string
 	index int
 	b     *Balancer
-	down  atomic.Bool // read by every Pick, written by ejections: apart from hot
+	down  atomic.Bool // read by judgements and Snapshot, written by ejections: apart from hot
 	_     [64]byte
 
 	// hot: written by every call, on one line of their own.
@@ -327,6 +327,24 @@ func (b *Balancer) Pick(avoid *Host) *Host {
 	return h
 }
 
+// Next is Pick for a caller that passes over hosts (those whose breaker
+// refused a call, say): it returns the first host not ejected for which
+// skip is false, scanning the active hosts from a random one, counted in
+// flight as Pick counts it; nil, with nothing counted, when skip is true
+// for every one. It does not weigh the hosts' loads: use it after Pick,
+// not instead of it.
+func (b *Balancer) Next(skip func(*Host) bool) *Host {
+	hs := *b.active.Load()
+	i := int(rand.Uint32N(uint32(len(hs))))
+	for k := range hs {
+		if h := hs[(i+k)%len(hs)]; !skip(h) {
+			h.inFlight.Add(1)
+			return h
+		}
+	}
+	return nil
+}
+
 // better returns the less loaded of a and c, a on a tie. With PeakEWMA,
 // the loser's peak decays by peakDecay when it has no call in flight: a
 // host that one slow call made dear is passed over, not forgotten, and is
@@ -448,18 +466,23 @@ func (h *Host) Done(o watertight.Outcome, latency time.Duration) {
 	}
 }
 
-// judge ejects h if more than half of its last MinSamples measured calls
-// took more than SlowFactor times the median of the other active hosts'
-// median latencies: h's median over those calls is above that line. A
-// median, not a mean: one call that hung (an attempt timeout of 100 times
-// the usual latency) must not eject a healthy host; most of its calls
-// being slow does. Counting the calls above the line costs no sort. A
-// judgement that finds another under way is skipped (the next comes
-// MinSamples calls later): judging never makes a caller wait.
+// judge ejects h if its median latency is more than SlowFactor times the
+// median of the other active hosts': both its streaming estimate of the
+// median and the median of its last MinSamples calls (more than half of
+// them above the line). The estimates of every host move at the same
+// pace, so a pool that slows down as a whole ejects nothing; the block's
+// median is fresh, so a host whose first calls hung, whose estimate starts
+// high, is not ejected for them. Medians, not means: one call that hung (an
+// attempt timeout of 100 times the usual latency) must not eject a healthy
+// host; most of its calls being slow does. Counting the calls above the
+// line costs no sort. A judgement that finds the Balancer's mutex held (by
+// another judgement, an ejection, a return, a Snapshot) is skipped, the
+// next coming MinSamples calls later: judging never makes a caller wait.
 func (b *Balancer) judge(h *Host) {
 	if !b.mu.TryLock() {
 		return
 	}
+	hm := math.Float64frombits(h.median.Load())
 	others := b.scratch[:0]
 	for _, o := range b.hosts {
 		if o != h && !o.down.Load() && o.samples.Load() >= b.minSamp {
@@ -480,7 +503,7 @@ func (b *Balancer) judge(h *Host) {
 				above++
 			}
 		}
-		slow = above > b.minSamp/2
+		slow = above > b.minSamp/2 && hm > line
 	}
 	b.scratch = others[:0]
 	b.mu.Unlock()

@@ -308,6 +308,16 @@ func TestSlowHostIsEjectedRelativeToThePool(t *testing.T) {
 				return map[bool]time.Duration{true: time.Second, false: 10 * ms}[i == 1 && round%4 != 0]
 			}},
 			{"all slow", -1, func(int, int) time.Duration { return 2 * time.Second }},
+			// The whole pool becomes 100× slower at once: every host's
+			// estimate climbs at the same pace, none stands out.
+			{"the pool slows down", -1, func(_, round int) time.Duration {
+				return map[bool]time.Duration{true: time.Second, false: 10 * ms}[round >= 25]
+			}},
+			// A host whose first calls hung starts with a high estimate;
+			// its calls since are as fast as its peers'.
+			{"first calls hung", -1, func(i, round int) time.Duration {
+				return map[bool]time.Duration{true: time.Second, false: 10 * ms}[i == 0 && round < 3]
+			}},
 			{"2× slower", -1, func(i, _ int) time.Duration { return map[bool]time.Duration{true: 20 * ms, false: 10 * ms}[i == 0] }},
 			// One call that hung (100× the usual) in each block of 20: the
 			// median of the block does not see it.
@@ -410,4 +420,26 @@ func TestConcurrentNoLostCalls(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestNext(t *testing.T) {
+	b := newBalancer(t, balance.Config{Hosts: hosts(3)})
+	hs := b.Hosts()
+	seen := map[*balance.Host]bool{}
+	for range 100 {
+		h := b.Next(func(h *balance.Host) bool { return h == hs[0] })
+		if h == hs[0] || h == nil {
+			t.Fatalf("Next returned %v", h)
+		}
+		seen[h] = true
+	}
+	if len(seen) != 2 {
+		t.Fatalf("Next did not spread over the hosts it may take: %d", len(seen))
+	}
+	if h := b.Next(func(*balance.Host) bool { return true }); h != nil {
+		t.Fatal("every host skipped: want nil")
+	}
+	if n := hs[1].InFlight() + hs[2].InFlight(); n != 100 {
+		t.Fatalf("%d calls counted, want 100", n)
+	}
 }

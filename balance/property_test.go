@@ -1,6 +1,7 @@
 package balance_test
 
 import (
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -101,7 +102,7 @@ func TestModel(t *testing.T) {
 				if share == 0 {
 					share = 0.5
 				}
-				wantMax = max(1, min(nHosts-1, int(share*float64(nHosts))))
+				wantMax = max(1, min(nHosts-1, int(math.Floor(share*float64(nHosts)+1e-9))))
 			}
 			if m.max != wantMax {
 				rt.Fatalf("MaxEjected %d, want %d", m.max, wantMax)
