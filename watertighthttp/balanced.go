@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -37,8 +38,8 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 	t := b.t
 	avoid := b.host
 	var err error
-	for range t.balancer.Len() {
-		h := t.balancer.Pick(avoid)
+	var refused []*balance.Host // hosts that refused this attempt
+	for h := t.balancer.Pick(avoid); h != nil; h = b.next(avoid, refused) {
 		ru := new(requestURL) // the attempt's request and URL, one allocation
 		ru.r, ru.u = *b.orig, *b.orig.URL
 		ru.u.Host = h.Addr()
@@ -66,7 +67,7 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 			if !watertight.IsRejection(err) {
 				return resp, err
 			}
-			avoid = h
+			refused = append(refused, h)
 			continue
 		}
 		b.host = h
@@ -93,6 +94,20 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 type requestURL struct {
 	r http.Request
 	u url.URL
+}
+
+// next returns a host for an attempt that refused hosts already: one
+// neither refused nor avoided, else the avoided one (the previous
+// attempt's), else nil.
+func (b *balancedAttempt) next(avoid *balance.Host, refused []*balance.Host) *balance.Host {
+	bal := b.t.balancer
+	if h := bal.Next(func(h *balance.Host) bool { return h == avoid || slices.Contains(refused, h) }); h != nil {
+		return h
+	}
+	if avoid != nil && !avoid.Ejected() && !slices.Contains(refused, avoid) {
+		return bal.Next(func(h *balance.Host) bool { return h != avoid })
+	}
+	return nil
 }
 
 // hostBody ends its host's call when the answer's body is closed or read

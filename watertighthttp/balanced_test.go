@@ -222,6 +222,14 @@ func TestBalancedPassesOverOpenBreakers(t *testing.T) {
 	if n := p.hits[0].Load(); n != 0 {
 		t.Fatalf("the host with an open breaker got %d requests", n)
 	}
+	// Two of three open: every request still finds the third.
+	b1, _ := breakers.Get(p.hosts[1])
+	b1.ForceOpen()
+	for i := range 200 {
+		if code, _ := send(t, tr, http.MethodGet, nil); code != http.StatusOK {
+			t.Fatalf("request %d with one breaker of three closed: status %d", i, code)
+		}
+	}
 	for _, h := range p.hosts[1:] {
 		b, _ := breakers.Get(h)
 		b.ForceOpen()

@@ -100,10 +100,14 @@ type TransportConfig struct {
 	// limiters are then those of the picked host's keys (Key sees the
 	// attempt's request, its URL's host the picked one), taken per
 	// attempt: a host whose breaker is open or whose bulkhead or limit is
-	// full is passed over for another, each host at most once per attempt,
-	// before the rejection is returned. The retry policy is around the
-	// pick. The caller's own cancellation or deadline does not count
-	// against a host; an attempt timeout (AttemptTimeout) does.
+	// full is passed over for another (every active host is tried once,
+	// the previous attempt's last) before the rejection is returned. The
+	// retry policy is around the pick; its events carry no Key (the host
+	// differs per attempt). The caller's own cancellation or deadline
+	// does not count against a host; an attempt timeout (AttemptTimeout)
+	// does. The time counted starts before the host's protections (a wait
+	// in its bulkhead counts), and an answer whose body fails after its
+	// header still ends as a success.
 	Balancer *balance.Balancer
 	// Retry configures the retry policy. The Transport decides per request
 	// whether it may be retried, whatever Retry.Idempotent says: requests
