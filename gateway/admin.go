@@ -10,7 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"sort"
+	"syscall"
 	"time"
 
 	"github.com/watertight-go/watertight/balance"
@@ -28,6 +31,11 @@ type State struct {
 	Upstreams []UpstreamState `json:"upstreams"`
 	// Routes are the routes: their bulkhead and retry budget.
 	Routes []RouteState `json:"routes"`
+	// Reloads counts the reloads done, Refused those refused (the old
+	// configuration stayed); LastRefusal says why the last one was.
+	Reloads     int64  `json:"reloads"`
+	Refused     int64  `json:"reloads_refused"`
+	LastRefusal string `json:"last_refusal,omitempty"`
 }
 
 // UpstreamState is one upstream in State.
@@ -56,14 +64,18 @@ type RouteState struct {
 
 // State returns the state of every protection.
 func (g *Gateway) State() State {
-	var s State
-	names := make([]string, 0, len(g.ups))
-	for n := range g.ups {
+	t := g.tab.Load()
+	s := State{Reloads: g.reloads.Load(), Refused: g.refused.Load()}
+	if m := g.lastRefusal.Load(); m != nil {
+		s.LastRefusal = *m
+	}
+	names := make([]string, 0, len(t.ups))
+	for n := range t.ups {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		up := g.ups[n]
+		up := t.ups[n]
 		us := UpstreamState{Name: n, Balance: up.bal.Snapshot()}
 		if up.breakers != nil {
 			for _, b := range up.breakers.Snapshots() {
@@ -73,7 +85,7 @@ func (g *Gateway) State() State {
 		}
 		s.Upstreams = append(s.Upstreams, us)
 	}
-	for _, rt := range g.routes {
+	for _, rt := range t.routes {
 		rs := RouteState{Name: rt.cfg.Name, Upstream: rt.cfg.Upstream}
 		if rt.bulk != nil {
 			b := rt.bulk.Snapshot()
@@ -110,14 +122,15 @@ func (g *Gateway) Admin() http.Handler {
 		w.Write([]byte("ready\n"))
 	})
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, r *http.Request) {
+		cfg := g.tab.Load().cfg
 		var lib bytes.Buffer
-		if err := g.cfg.Library.Write(&lib); err != nil {
+		if err := cfg.Library.Write(&lib); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		writeJSON(w, map[string]any{
-			"listeners": g.cfg.Listeners, "admin": g.cfg.Admin,
-			"upstreams": g.cfg.Upstreams, "routes": g.cfg.Routes,
+			"listeners": cfg.Listeners, "admin": cfg.Admin,
+			"upstreams": cfg.Upstreams, "routes": cfg.Routes,
 			"library": lib.String(),
 		})
 	})
@@ -145,19 +158,20 @@ func (g *Gateway) Run(ctx context.Context) error {
 		ln   net.Listener
 		tls  bool
 	}
+	cfg := g.tab.Load().cfg
 	var servers []server
 	closeAll := func() {
 		for _, s := range servers {
 			s.ln.Close()
 		}
 	}
-	names := make([]string, 0, len(g.cfg.Listeners))
-	for n := range g.cfg.Listeners {
+	names := make([]string, 0, len(cfg.Listeners))
+	for n := range cfg.Listeners {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		l := g.cfg.Listeners[n]
+		l := cfg.Listeners[n]
 		ln, err := net.Listen("tcp", l.Address)
 		if err != nil {
 			closeAll()
@@ -175,7 +189,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 		servers = append(servers, server{n, srv, ln, l.TLSCert != ""})
 	}
-	aln, err := net.Listen("tcp", g.cfg.Admin.Address)
+	aln, err := net.Listen("tcp", cfg.Admin.Address)
 	if err != nil {
 		closeAll()
 		return fmt.Errorf("gateway: admin listener: %w", err)
@@ -189,7 +203,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		go func() {
 			var err error
 			if s.tls {
-				l := g.cfg.Listeners[s.name]
+				l := cfg.Listeners[s.name]
 				err = s.srv.ServeTLS(s.ln, l.TLSCert, l.TLSKey)
 			} else {
 				err = s.srv.Serve(s.ln)
@@ -201,6 +215,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}()
 	}
 	g.ready.Store(true)
+	stopWatch := g.watch(ctx)
 	var first error
 	received := 0
 	select {
@@ -208,6 +223,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	case first = <-errc:
 		received++
 	}
+	stopWatch()
 	g.ready.Store(false)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.DrainTimeout)
 	defer cancel()
@@ -221,10 +237,59 @@ func (g *Gateway) Run(ctx context.Context) error {
 			first = err
 		}
 	}
-	for _, up := range g.ups {
-		up.base.CloseIdleConnections()
-	}
+	g.Close()
 	return first
+}
+
+// watch reloads Options.ConfigPath on SIGHUP and when the file changes,
+// until stop is called.
+func (g *Gateway) watch(ctx context.Context) (stop func()) {
+	path := g.opts.ConfigPath
+	if path == "" {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	var tick <-chan time.Time
+	if g.opts.WatchInterval > 0 {
+		t := time.NewTicker(g.opts.WatchInterval)
+		tick = t.C
+		context.AfterFunc(ctx, t.Stop)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := fileStamp(path)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				last = fileStamp(path)
+				g.Reload(path)
+			case <-tick:
+				if st := fileStamp(path); st != last {
+					last = st
+					g.Reload(path)
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		cancel()
+		<-done
+	}
+}
+
+// fileStamp is what tells a changed file: its size and modification time.
+func fileStamp(path string) string {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "missing"
+	}
+	return fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
 }
 
 func (g *Gateway) errorLog() *log.Logger {

@@ -83,6 +83,11 @@ type Upstream struct {
 	Breaker string `json:"breaker,omitempty"`
 	// ConnectTimeout bounds a connection's dial. Default 500ms.
 	ConnectTimeout time.Duration `json:"connect_timeout"`
+	// ServerName, with Scheme https, is the name the hosts' certificates
+	// are checked against (and sent as SNI); default the host part of
+	// each address, which for an IP address needs the IP in the
+	// certificate.
+	ServerName string `json:"server_name,omitempty"`
 }
 
 // Fallback is a route's static answer when its upstream is unavailable
@@ -281,7 +286,7 @@ func (c *Config) readUpstreams(d *watertightconfig.Decoder, n *yaml.Node) {
 		u := Upstream{Name: e.Key, Scheme: "http", ConnectTimeout: DefaultConnectTimeout}
 		u.Balance.Name = e.Key
 		var hostsNode *yaml.Node
-		d.Fields(e.Value, path, []string{"hosts", "scheme", "strategy", "consecutive_errors", "slow_factor", "max_ejected", "base_ejection", "max_ejection", "breaker", "connect_timeout"}, func(f watertightconfig.Entry, p string) {
+		d.Fields(e.Value, path, []string{"hosts", "scheme", "strategy", "consecutive_errors", "slow_factor", "max_ejected", "base_ejection", "max_ejection", "breaker", "connect_timeout", "server_name"}, func(f watertightconfig.Entry, p string) {
 			switch f.Key {
 			case "hosts":
 				hostsNode = f.Value
@@ -347,6 +352,8 @@ func (c *Config) readUpstreams(d *watertightconfig.Decoder, n *yaml.Node) {
 				}
 			case "connect_timeout":
 				u.ConnectTimeout, _ = d.Duration(f.Value, p, time.Millisecond, nil)
+			case "server_name":
+				u.ServerName, _ = d.String(f.Value, p)
 			}
 		})
 		if len(u.Hosts) == 0 && hostsNode == nil {

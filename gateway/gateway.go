@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +41,12 @@ type Options struct {
 	// DrainTimeout bounds how long Run waits for requests in flight once
 	// its context ends. Default 30s.
 	DrainTimeout time.Duration
+	// ConfigPath, if not empty, is the file Run reloads on SIGHUP and when
+	// it changes (see Reload).
+	ConfigPath string
+	// WatchInterval is how often Run looks at ConfigPath for a change.
+	// Default 2s; negative: only on SIGHUP.
+	WatchInterval time.Duration
 }
 
 // Gateway is `watertight proxy`: the listeners of a Config, each request
@@ -46,14 +54,25 @@ type Options struct {
 // library's protections. Build it with New; serve it with Run, or mount
 // Handler and Admin in servers of your own.
 type Gateway struct {
+	opts Options
+	log  *slog.Logger
+	lis  watertight.Listener
+	reg  *watertightconfig.Registry
+	prom *watertightprom.Collector
+	tab  atomic.Pointer[table]
+	mu   sync.Mutex // one Reload at a time
+
+	ready            atomic.Bool
+	reloads, refused atomic.Int64
+	lastRefusal      atomic.Pointer[string]
+}
+
+// table is one configuration, built: what a request reads, swapped whole
+// by Reload.
+type table struct {
 	cfg    *Config
-	opts   Options
-	log    *slog.Logger
-	reg    *watertightconfig.Registry
-	prom   *watertightprom.Collector
 	ups    map[string]*upstream
 	routes []*route
-	ready  atomic.Bool
 }
 
 type upstream struct {
@@ -77,60 +96,104 @@ type route struct {
 // a Balancer per upstream and the protections of every route. It dials
 // nothing and listens nowhere; Run does.
 func New(cfg *Config, opts Options) (*Gateway, error) {
-	g := &Gateway{cfg: cfg, opts: opts, log: opts.Logger, ups: map[string]*upstream{}}
+	g := &Gateway{opts: opts, log: opts.Logger}
 	if g.log == nil {
 		g.log = slog.Default()
 	}
 	if g.opts.DrainTimeout <= 0 {
 		g.opts.DrainTimeout = 30 * time.Second
 	}
+	if g.opts.WatchInterval == 0 {
+		g.opts.WatchInterval = 2 * time.Second
+	}
 	prom, err := watertightprom.NewCollector(watertightprom.Config{})
 	if err != nil {
 		return nil, err
 	}
 	g.prom = prom
-	lis := watertight.Listeners(prom, opts.Listener, watertight.ListenerFunc(g.logEvent))
-	reg, err := watertightconfig.NewRegistry(cfg.Library, watertightconfig.Options{Listener: lis})
+	g.lis = watertight.Listeners(prom, opts.Listener, watertight.ListenerFunc(g.logEvent))
+	reg, err := watertightconfig.NewRegistry(cfg.Library, watertightconfig.Options{Listener: g.lis})
 	if err != nil {
 		return nil, err
 	}
 	g.reg = reg
-	for name, u := range cfg.Upstreams {
-		bc := u.Balance
-		bc.Hosts, bc.Name, bc.Listener = u.Hosts, name, lis
-		bal, err := balance.New(bc)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: upstream %s: %w", name, err)
-		}
-		up := &upstream{cfg: u, bal: bal, base: &http.Transport{
-			Proxy:                 nil, // only the configured hosts are ever dialled
-			DialContext:           (&net.Dialer{Timeout: u.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   256,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   5 * time.Second,
-			ExpectContinueTimeout: time.Second,
-		}}
-		if u.Breaker != "" {
-			if up.breakers, err = reg.CircuitRegistry(u.Breaker); err != nil {
-				return nil, fmt.Errorf("gateway: upstream %s: %w", name, err)
-			}
-			prom.AddBreakerRegistry(name, up.breakers)
-		}
-		g.ups[name] = up
+	tab, err := g.build(cfg, nil)
+	if err != nil {
+		return nil, err
 	}
-	for _, rc := range cfg.Routes {
-		rt, err := g.newRoute(rc, lis)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: route %s: %w", rc.Name, err)
-		}
-		g.routes = append(g.routes, rt)
-	}
+	g.tab.Store(tab)
 	return g, nil
 }
 
-func (g *Gateway) newRoute(rc Route, lis watertight.Listener) (*route, error) {
-	rt := &route{cfg: rc, up: g.ups[rc.Upstream], trusted: map[string][]netip.Prefix{}}
+// build makes the table for cfg, keeping from old what did not change: an
+// upstream's Balancer (its hosts' ejections and counts) when its hosts
+// and balancing settings are the same, its connections when its connect
+// timeout is, and a route's default retry budget (its balance).
+func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
+	t := &table{cfg: cfg, ups: map[string]*upstream{}}
+	for name, u := range cfg.Upstreams {
+		var prev *upstream
+		if old != nil {
+			prev = old.ups[name]
+		}
+		up := &upstream{cfg: u}
+		if prev != nil && slices.Equal(prev.cfg.Hosts, u.Hosts) && reflect.DeepEqual(prev.cfg.Balance, u.Balance) {
+			up.bal = prev.bal
+		} else {
+			bc := u.Balance
+			bc.Hosts, bc.Name, bc.Listener = u.Hosts, name, g.lis
+			bal, err := balance.New(bc)
+			if err != nil {
+				return nil, fmt.Errorf("gateway: upstream %s: %w", name, err)
+			}
+			up.bal = bal
+		}
+		if prev != nil && prev.cfg.ConnectTimeout == u.ConnectTimeout && prev.cfg.ServerName == u.ServerName {
+			up.base = prev.base
+		} else {
+			up.base = &http.Transport{
+				Proxy:                 nil, // only the configured hosts are ever dialled
+				DialContext:           (&net.Dialer{Timeout: u.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConns:          1024,
+				MaxIdleConnsPerHost:   256,
+				IdleConnTimeout:       90 * time.Second,
+				TLSHandshakeTimeout:   5 * time.Second,
+				ExpectContinueTimeout: time.Second,
+			}
+			if u.ServerName != "" {
+				up.base.TLSClientConfig = &tls.Config{ServerName: u.ServerName}
+			}
+		}
+		if u.Breaker != "" {
+			var err error
+			if up.breakers, err = g.reg.CircuitRegistry(u.Breaker); err != nil {
+				return nil, fmt.Errorf("gateway: upstream %s: %w", name, err)
+			}
+			g.prom.AddBreakerRegistry(name, up.breakers)
+		}
+		t.ups[name] = up
+	}
+	for _, rc := range cfg.Routes {
+		var prev *route
+		if old != nil {
+			for _, r := range old.routes {
+				if r.cfg.Name == rc.Name {
+					prev = r
+				}
+			}
+		}
+		rt, err := g.newRoute(t, rc, prev)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: route %s: %w", rc.Name, err)
+		}
+		t.routes = append(t.routes, rt)
+	}
+	return t, nil
+}
+
+func (g *Gateway) newRoute(t *table, rc Route, prev *route) (*route, error) {
+	lis := g.lis
+	rt := &route{cfg: rc, up: t.ups[rc.Upstream], trusted: map[string][]netip.Prefix{}}
 	if rt.up == nil {
 		return nil, fmt.Errorf("no upstream %q", rc.Upstream)
 	}
@@ -140,7 +203,7 @@ func (g *Gateway) newRoute(rc Route, lis watertight.Listener) (*route, error) {
 			rt.lis[l] = true
 		}
 	}
-	for name, l := range g.cfg.Listeners {
+	for name, l := range t.cfg.Listeners {
 		rt.trusted[name] = l.TrustedProxies
 	}
 	var rcfg retry.Config
@@ -150,13 +213,17 @@ func (g *Gateway) newRoute(rc Route, lis watertight.Listener) (*route, error) {
 			return nil, err
 		}
 	} else {
-		b, err := budget.New(budget.Config{Name: rc.Name, Listener: lis})
-		if err != nil {
-			return nil, err
+		if prev != nil && prev.budget != nil {
+			rt.budget = prev.budget
+		} else {
+			b, err := budget.New(budget.Config{Name: rc.Name, Listener: lis})
+			if err != nil {
+				return nil, err
+			}
+			rt.budget = b
 		}
-		rt.budget = b
-		g.prom.AddBudget(rc.Name, b)
-		rcfg = retry.Config{Name: rc.Name, MaxAttempts: 2, Budget: b}
+		g.prom.AddBudget(rc.Name, rt.budget)
+		rcfg = retry.Config{Name: rc.Name, MaxAttempts: 2, Budget: rt.budget}
 	}
 	rcfg.Listener = lis
 	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{
@@ -195,6 +262,66 @@ func (g *Gateway) newRoute(rc Route, lis watertight.Listener) (*route, error) {
 	return rt, nil
 }
 
+// Reload replaces the configuration with the file at path, keeping the
+// state of what did not change: the library's instances as
+// watertightconfig.Registry.Reload keeps them (an open breaker stays
+// open, a bulkhead's permits in flight count against its new limit), an
+// upstream's Balancer, a route's retry budget. Requests in flight finish
+// on the configuration they started with; the next ones take the new.
+// A file that is invalid, or that changes a listener's address or the
+// admin listener (which need a restart), is refused whole: the old
+// configuration stays, the refusal is logged and counted (State).
+func (g *Gateway) Reload(path string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	err := g.reload(path)
+	if err != nil {
+		g.refused.Add(1)
+		msg := err.Error()
+		g.lastRefusal.Store(&msg)
+		g.log.Error("reload refused: the old configuration stays", "file", path, "error", err)
+		return err
+	}
+	g.reloads.Add(1)
+	return nil
+}
+
+func (g *Gateway) reload(path string) error {
+	cfg, err := Load(path)
+	if err != nil {
+		return err
+	}
+	old := g.tab.Load()
+	if !reflect.DeepEqual(listenAddresses(cfg), listenAddresses(old.cfg)) {
+		return fmt.Errorf("%s: the listeners' or the admin listener's addresses changed: restart the gateway to listen elsewhere", path)
+	}
+	ch, err := g.reg.Reload(cfg.Library)
+	if err != nil {
+		return err
+	}
+	t, err := g.build(cfg, old)
+	if err != nil {
+		return err
+	}
+	g.tab.Store(t)
+	for name, up := range old.ups {
+		if nu, ok := t.ups[name]; !ok || nu.base != up.base {
+			up.base.CloseIdleConnections()
+		}
+	}
+	g.log.Info("reloaded", "file", path, "library", ch.String(), "routes", len(t.routes), "upstreams", len(t.ups))
+	return nil
+}
+
+// listenAddresses are what a reload cannot change.
+func listenAddresses(c *Config) map[string]string {
+	m := map[string]string{"admin": c.Admin.Address}
+	for n, l := range c.Listeners {
+		m["listener "+n] = l.Address + " " + l.TLSCert + " " + l.TLSKey
+	}
+	return m
+}
+
 // logEvent logs the state changes of every protection.
 func (g *Gateway) logEvent(e watertight.Event) {
 	if e.Kind != watertight.EventStateChange {
@@ -211,7 +338,7 @@ type listenerKey struct{}
 // matches gets 404.
 func (g *Gateway) Handler(listener string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rt := g.match(listener, r)
+		rt := g.tab.Load().match(listener, r)
 		if rt == nil {
 			http.Error(w, "watertight: proxy: no route for "+r.Method+" "+r.URL.Path, http.StatusNotFound)
 			return
@@ -223,13 +350,13 @@ func (g *Gateway) Handler(listener string) http.Handler {
 
 // match returns the route for r: of those whose listener, host, method
 // and path prefix match, the most specific (moreSpecific).
-func (g *Gateway) match(listener string, r *http.Request) *route {
+func (t *table) match(listener string, r *http.Request) *route {
 	host := strings.ToLower(r.Host)
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
 	var best *route
-	for _, rt := range g.routes {
+	for _, rt := range t.routes {
 		c := &rt.cfg
 		if rt.lis != nil && !rt.lis[listener] {
 			continue
@@ -429,7 +556,7 @@ func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 // Close closes the idle connections to the upstreams. Run does it when it
 // returns; call it when you serve Handler yourself and are done.
 func (g *Gateway) Close() {
-	for _, up := range g.ups {
+	for _, up := range g.tab.Load().ups {
 		up.base.CloseIdleConnections()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/watertight-go/watertight/contrib/watertightconfig"
 	"github.com/watertight-go/watertight/gateway"
@@ -20,14 +21,19 @@ func proxyUsage(w io.Writer) {
 
 The file holds the library's sections (breakers, bulkheads, retries,
 budgets...) and the gateway's own: listeners, admin, upstreams and routes.
-Every problem is reported as FILE:LINE: path: rule. On SIGINT or SIGTERM
-the gateway stops taking connections and drains the requests in flight (up
-to 30s). The admin listener (127.0.0.1:9901 by default) serves /metrics,
-/healthz, /readyz, /config and /state. See docs/gateway.md.
+Every problem is reported as FILE:LINE: path: rule. On SIGHUP, and when
+the file changes, the gateway reloads it, keeping the state of what did not
+change (breakers, ejected hosts, budgets, permits in flight); a bad file is
+refused and logged, and the old configuration stays. On SIGINT or SIGTERM
+it stops taking connections and drains the requests in flight (up to 30s).
+The admin listener (127.0.0.1:9901 by default) serves /metrics, /healthz,
+/readyz, /config and /state. See docs/gateway.md.
 
 Flags:
-  --config FILE   the configuration to run
-  --check FILE    only validate FILE
+  --config FILE     the configuration to run
+  --check FILE      only validate FILE
+  --watch DURATION  how often to look for a change of the file (default 2s;
+                    0: reload on SIGHUP only)
 `)
 }
 
@@ -37,6 +43,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.SetOutput(io.Discard)
 	config := fs.String("config", "", "")
 	check := fs.String("check", "", "")
+	watch := fs.Duration("watch", 2*time.Second, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			proxyUsage(stdout)
@@ -72,7 +79,15 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitOK
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	g, err := gateway.New(cfg, gateway.Options{Logger: log})
+	if *watch < 0 {
+		fmt.Fprintf(stderr, "watertight proxy: --watch must be >= 0 (0: reload on SIGHUP only), got %v\n", *watch)
+		return exitUsage
+	}
+	interval := *watch
+	if interval == 0 {
+		interval = -1 // gateway.Options: negative is SIGHUP only
+	}
+	g, err := gateway.New(cfg, gateway.Options{Logger: log, ConfigPath: path, WatchInterval: interval})
 	if err != nil {
 		fmt.Fprintf(stderr, "watertight proxy: %v\n", err)
 		return exitFailed

@@ -69,7 +69,7 @@ func TestProxyProcessDrainsOnSIGTERM(t *testing.T) {
 	pub, adm := freeAddress(t), freeAddress(t)
 	path := filepath.Join(t.TempDir(), "gw.yaml")
 	os.WriteFile(path, []byte(fmt.Sprintf("listeners:\n  public: {address: %s}\nadmin: {address: %s}\nupstreams:\n  a: {hosts: [%s]}\nroutes:\n  all: {upstream: a}\n", pub, adm, u.Host)), 0o644)
-	cmd := exec.Command(os.Args[0], "proxy", "--config", path)
+	cmd := exec.Command(os.Args[0], "proxy", "--config", path, "--watch", "0")
 	cmd.Env = append(os.Environ(), "WATERTIGHT_TEST_MAIN=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -106,6 +106,26 @@ func TestProxyProcessDrainsOnSIGTERM(t *testing.T) {
 	resp.Body.Close()
 	if string(body) != "ok /x" {
 		t.Fatalf("through the proxy: %q", body)
+	}
+	// SIGHUP reloads: a second route appears.
+	os.WriteFile(path, []byte(fmt.Sprintf("listeners:\n  public: {address: %s}\nadmin: {address: %s}\nupstreams:\n  a: {hosts: [%s]}\nroutes:\n  all: {upstream: a}\n  fallback: {path_prefix: /down, upstream: a, fallback: {status: 200, body: fb}}\n", pub, adm, u.Host)), 0o644)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	reloaded := false
+	for range 500 { // bounded: 5 s
+		resp, err := c.Get("http://" + adm + "/state")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if reloaded = strings.Contains(string(b), `"reloads": 1`) && strings.Contains(string(b), `"name": "fallback"`); reloaded {
+				break
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !reloaded {
+		t.Fatalf("SIGHUP did not reload; log:\n%s", stderr.String())
 	}
 	slow := make(chan string, 1)
 	go func() {
