@@ -46,7 +46,8 @@ type Listener struct {
 	ReadHeaderTimeout time.Duration `json:"read_header_timeout"`
 	// IdleTimeout closes keep-alive connections idle that long. Default 60s.
 	IdleTimeout time.Duration `json:"idle_timeout"`
-	// MaxHeaderBytes bounds a request's header. Default 64 KiB.
+	// MaxHeaderBytes bounds a request's header (net/http reads 4 KiB
+	// more before it answers 431). Default 64 KiB.
 	MaxHeaderBytes int `json:"max_header_bytes"`
 	// TrustedProxies are the networks whose X-Forwarded-For the gateway
 	// keeps (and appends the client's address to); from any other client
