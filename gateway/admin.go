@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"sort"
@@ -106,8 +107,8 @@ func breakerState(b circuit.Snapshot) BreakerState {
 
 // Admin returns the admin listener's handler: /metrics (Prometheus),
 // /healthz (the process is up), /readyz (it serves: 503 while it starts
-// and drains), /config (the effective configuration) and /state (State as
-// JSON). It is read-only.
+// and drains), /config (the effective configuration), /state (State as
+// JSON) and /debug/pprof/ (Go's profiles). It is read-only.
 func (g *Gateway) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", watertightprom.Handler(g.prom))
@@ -137,6 +138,9 @@ func (g *Gateway) Admin() http.Handler {
 	mux.HandleFunc("GET /state", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, g.State())
 	})
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
 }
 

@@ -139,6 +139,10 @@ type Route struct {
 	RetryBodyBytes int64 `json:"retry_body_bytes"`
 	// Fallback, if not nil, answers when the upstream is unavailable.
 	Fallback *Fallback `json:"fallback,omitempty"`
+	// AccessLog is the share of the route's requests logged (slog,
+	// message "access"); answers of 500 and above are all logged, up to
+	// 10 a second. Default 1%; 0 logs only those.
+	AccessLog float64 `json:"access_log"`
 }
 
 // Defaults of the fields a file leaves out.
@@ -151,6 +155,7 @@ const (
 	DefaultMaxBodyBytes      = 10 << 20
 	DefaultRetryBodyBytes    = 64 << 10
 	DefaultConnectTimeout    = 500 * time.Millisecond
+	DefaultAccessLog         = 0.01
 )
 
 var off = map[string]time.Duration{"off": -1}
@@ -370,7 +375,7 @@ func (c *Config) readUpstreams(d *watertightconfig.Decoder, n *yaml.Node) {
 	}
 }
 
-var routeFields = []string{"listeners", "host", "path_prefix", "methods", "upstream", "timeout", "per_try_timeout", "retry", "bulkhead", "max_body_bytes", "retry_body_bytes", "fallback"}
+var routeFields = []string{"listeners", "host", "path_prefix", "methods", "upstream", "timeout", "per_try_timeout", "retry", "bulkhead", "max_body_bytes", "retry_body_bytes", "fallback", "access_log"}
 
 func (c *Config) readRoutes(d *watertightconfig.Decoder, n *yaml.Node) {
 	es, _ := d.Mapping(n, "routes")
@@ -379,7 +384,7 @@ func (c *Config) readRoutes(d *watertightconfig.Decoder, n *yaml.Node) {
 	}
 	for _, e := range es {
 		path := "routes." + e.Key
-		r := Route{Name: e.Key, PathPrefix: "/", Timeout: DefaultRouteTimeout, MaxBodyBytes: DefaultMaxBodyBytes, RetryBodyBytes: DefaultRetryBodyBytes}
+		r := Route{Name: e.Key, PathPrefix: "/", Timeout: DefaultRouteTimeout, MaxBodyBytes: DefaultMaxBodyBytes, RetryBodyBytes: DefaultRetryBodyBytes, AccessLog: DefaultAccessLog}
 		var upNode *yaml.Node
 		d.Fields(e.Value, path, routeFields, func(f watertightconfig.Entry, p string) {
 			switch f.Key {
@@ -426,6 +431,8 @@ func (c *Config) readRoutes(d *watertightconfig.Decoder, n *yaml.Node) {
 				r.MaxBodyBytes, _ = d.Int(f.Value, p, 0, 1<<40)
 			case "retry_body_bytes":
 				r.RetryBodyBytes, _ = d.Int(f.Value, p, 0, 64<<20)
+			case "access_log":
+				r.AccessLog, _ = d.Rate(f.Value, p)
 			case "fallback":
 				fb := &Fallback{Status: http.StatusServiceUnavailable, ContentType: "text/plain; charset=utf-8"}
 				d.Fields(f.Value, p, []string{"status", "body", "content_type"}, func(g watertightconfig.Entry, q string) {

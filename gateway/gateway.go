@@ -258,7 +258,7 @@ func (g *Gateway) newRoute(t *table, rc Route, prev *route) (*route, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt.handler = guarded
+	rt.handler = (&accessLog{log: g.log, route: rc.Name, rate: rc.AccessLog}).wrap(guarded)
 	return rt, nil
 }
 
