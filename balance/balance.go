@@ -77,11 +77,12 @@ type Config struct {
 	// ConsecutiveErrors ejects a host whose last ConsecutiveErrors calls
 	// all ended in Failure. Zero means 5; a negative value turns it off.
 	ConsecutiveErrors int
-	// SlowFactor ejects a host more than half of whose last MinSamples
-	// measured calls (so its median, which one call that hung does not
-	// move) took more than SlowFactor times the median of the other
-	// active hosts' latencies (each a streaming estimate of the host's
-	// median latency): relative to the pool, not a fixed
+	// SlowFactor ejects a host whose median latency is more than
+	// SlowFactor times the median of the other active hosts' (each a
+	// streaming estimate of the host's median): both its own estimate and
+	// more than half of its last MinSamples measured calls must be above
+	// that line, so one call that hung does not count. Relative to the
+	// pool, not a fixed
 	// threshold, so a pool that is slow as a whole (the dependency
 	// behind it, the network) ejects nothing, and a host that is slow
 	// beside healthy peers goes however fast they are. Zero means 3; a
@@ -175,7 +176,7 @@ type Host struct {
 	addr  string
 	index int
 	b     *Balancer
-	down  atomic.Bool // read by judgements and Snapshot, written by ejections: apart from hot
+	down  atomic.Bool // read by Ejected, judgements, ejections and Snapshot; written by ejections: apart from hot
 	_     [64]byte
 
 	// hot: written by every call, on one line of their own.
@@ -469,8 +470,11 @@ func (h *Host) Done(o watertight.Outcome, latency time.Duration) {
 // judge ejects h if its median latency is more than SlowFactor times the
 // median of the other active hosts': both its streaming estimate of the
 // median and the median of its last MinSamples calls (more than half of
-// them above the line). The estimates of every host move at the same
-// pace, so a pool that slows down as a whole ejects nothing; the block's
+// them above the line). The estimates of hosts that take calls at the
+// same pace move at the same pace, so a pool that slows down as a whole
+// ejects nothing (at low traffic, one call at a time, a sudden slowdown of
+// many times SlowFactor can still eject a host now and then:
+// docs/balance.md has the figures); the block's
 // median is fresh, so a host whose first calls hung, whose estimate starts
 // high, is not ejected for them. Medians, not means: one call that hung (an
 // attempt timeout of 100 times the usual latency) must not eject a healthy

@@ -11,9 +11,10 @@
 //   - failed its last [Config].ConsecutiveErrors calls (5), or
 //   - is more than [Config].SlowFactor (3) times slower than the median of
 //     the other hosts, judged every [Config].MinSamples (20) of its
-//     measured calls (more than half of them that much slower): relative
-//     to the pool, so a dependency that is slow everywhere ejects nothing,
-//     and robust to a call that hung;
+//     measured calls (its streaming median estimate and more than half of
+//     those calls that much slower): relative to the pool, so a dependency
+//     that is slow everywhere ejects nothing, and robust to a call that
+//     hung;
 //
 // for [Config].BaseEjection (30s), doubled for each ejection that follows
 // soon after it returned, up to [Config].MaxEjection (5m); never more than

@@ -13,7 +13,9 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
+	"sync"
 	"syscall"
 	"time"
 
@@ -80,7 +82,9 @@ func (g *Gateway) State() State {
 		us := UpstreamState{Name: n, Balance: up.bal.Snapshot()}
 		if up.breakers != nil {
 			for _, b := range up.breakers.Snapshots() {
-				us.Breakers = append(us.Breakers, breakerState(b))
+				if slices.Contains(up.cfg.Hosts, b.Name) { // upstreams may share a registry
+					us.Breakers = append(us.Breakers, breakerState(b))
+				}
 			}
 			sort.Slice(us.Breakers, func(i, j int) bool { return us.Breakers[i].Host < us.Breakers[j].Host })
 		}
@@ -231,9 +235,18 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.ready.Store(false)
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opts.DrainTimeout)
 	defer cancel()
-	for _, s := range servers {
-		if err := s.srv.Shutdown(dctx); err != nil && first == nil {
-			first = fmt.Errorf("gateway: draining %s: %w", s.name, err)
+	// The public listeners drain together; the admin listener last, so
+	// that /readyz says 503 while they do.
+	var drain sync.WaitGroup
+	errs := make([]error, len(servers))
+	for i, s := range servers[:len(servers)-1] {
+		drain.Go(func() { errs[i] = s.srv.Shutdown(dctx) })
+	}
+	drain.Wait()
+	errs[len(servers)-1] = servers[len(servers)-1].srv.Shutdown(dctx)
+	for i, err := range errs {
+		if err != nil && first == nil {
+			first = fmt.Errorf("gateway: draining %s: %w", servers[i].name, err)
 		}
 	}
 	for ; received < len(servers); received++ {

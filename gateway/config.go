@@ -272,7 +272,7 @@ func (c *Config) readAdmin(d *watertightconfig.Decoder, n *yaml.Node) {
 	})
 	d.After(func() {
 		for _, l := range c.Listeners {
-			if l.Address != c.Admin.Address {
+			if !sameSocket(l.Address, c.Admin.Address) {
 				continue
 			}
 			if at != nil {
@@ -282,6 +282,19 @@ func (c *Config) readAdmin(d *watertightconfig.Decoder, n *yaml.Node) {
 			}
 		}
 	})
+}
+
+// sameSocket reports whether two listen addresses would take the same port
+// of the same address: equal, or the same port with either on every
+// address (":9901", "0.0.0.0:9901").
+func sameSocket(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb {
+		return a == b
+	}
+	any := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return ha == hb || any(ha) || any(hb)
 }
 
 func (c *Config) readUpstreams(d *watertightconfig.Decoder, n *yaml.Node) {

@@ -25,7 +25,8 @@
 // Each request is matched to a route (the longest path prefix among those
 // whose host and method match), passes the server-side guards of
 // watertighthttp.Handler (incoming deadlines, dead requests shed,
-// criticality), the route's bulkhead, its body limit and its timeout, and
+// criticality), the route's path check, timeout and body limit, its
+// bulkhead, and
 // is sent by watertighthttp.Transport with a balance.Balancer over the
 // upstream's hosts: the power of two choices, outlier ejection, a breaker
 // per host, retries of transient failures of idempotent requests (or

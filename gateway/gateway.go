@@ -169,7 +169,7 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 			if up.breakers, err = g.reg.CircuitRegistry(u.Breaker); err != nil {
 				return nil, fmt.Errorf("gateway: upstream %s: %w", name, err)
 			}
-			g.prom.AddBreakerRegistry(name, up.breakers)
+			g.prom.AddBreakerRegistry(u.Breaker, up.breakers) // upstreams may share it
 		}
 		t.ups[name] = up
 	}
@@ -293,7 +293,7 @@ func (g *Gateway) reload(path string) error {
 	}
 	old := g.tab.Load()
 	if !reflect.DeepEqual(listenAddresses(cfg), listenAddresses(old.cfg)) {
-		return fmt.Errorf("%s: the listeners' or the admin listener's addresses changed: restart the gateway to listen elsewhere", path)
+		return fmt.Errorf("%s: the listeners or the admin listener changed (addresses, timeouts, limits, TLS, trusted proxies): restart the gateway for those", path)
 	}
 	ch, err := g.reg.Reload(cfg.Library)
 	if err != nil {
@@ -313,11 +313,12 @@ func (g *Gateway) reload(path string) error {
 	return nil
 }
 
-// listenAddresses are what a reload cannot change.
-func listenAddresses(c *Config) map[string]string {
-	m := map[string]string{"admin": c.Admin.Address}
+// listenAddresses are what a reload cannot change: the listeners, every
+// setting of them, and the admin listener.
+func listenAddresses(c *Config) map[string]any {
+	m := map[string]any{"admin": c.Admin}
 	for n, l := range c.Listeners {
-		m["listener "+n] = l.Address + " " + l.TLSCert + " " + l.TLSKey
+		m["listener "+n] = l
 	}
 	return m
 }
@@ -405,6 +406,15 @@ func prefixMatch(prefix, path string) bool {
 func (rt *route) limited(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &rt.cfg
+		if !cleanPath(r.URL.Path) {
+			http.Error(w, "watertight: proxy: the path has . or .. segments or empty ones: send it normalised", http.StatusBadRequest)
+			return
+		}
+		if c.Timeout > 0 {
+			ctx, cancel := context.WithTimeout(r.Context(), c.Timeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		if r.Body != nil && r.Body != http.NoBody {
 			if c.MaxBodyBytes > 0 {
 				if r.ContentLength > c.MaxBodyBytes {
@@ -413,23 +423,50 @@ func (rt *route) limited(next http.Handler) http.Handler {
 				}
 				r.Body = http.MaxBytesReader(w, r.Body, c.MaxBodyBytes)
 			}
-			if err := replayable(r, c.RetryBodyBytes); err != nil {
+			// The part of the body kept for retries is read within the
+			// route's time: a client that trickles it cannot hold the
+			// route. (The deadline is cleared after: a read deadline that
+			// passes also ends the request's context, as a client that
+			// went away does.)
+			rc := http.NewResponseController(w)
+			if c.Timeout > 0 {
+				rc.SetReadDeadline(time.Now().Add(c.Timeout))
+			}
+			err := replayable(r, c.RetryBodyBytes)
+			if c.Timeout > 0 {
+				rc.SetReadDeadline(time.Time{})
+			}
+			if err != nil {
 				var mb *http.MaxBytesError
-				if errors.As(err, &mb) {
+				var ne net.Error
+				switch {
+				case errors.As(err, &mb):
 					http.Error(w, fmt.Sprintf("watertight: proxy: request body is over the route's limit of %d bytes", c.MaxBodyBytes), http.StatusRequestEntityTooLarge)
-					return
+				case errors.As(err, &ne) && ne.Timeout():
+					http.Error(w, "watertight: proxy: the request body did not arrive within the route's timeout", http.StatusRequestTimeout)
+				default:
+					http.Error(w, "watertight: proxy: reading the request body: "+err.Error(), http.StatusBadRequest)
 				}
-				http.Error(w, "watertight: proxy: reading the request body: "+err.Error(), http.StatusBadRequest)
 				return
 			}
 		}
-		if c.Timeout > 0 {
-			ctx, cancel := context.WithTimeout(r.Context(), c.Timeout)
-			defer cancel()
-			r = r.WithContext(ctx)
-		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// cleanPath reports whether p has no ".", ".." or empty segments (a
+// trailing slash aside), decoded: routes match on it, and an upstream that
+// resolved /public/../private itself would serve what no route sent it.
+func cleanPath(p string) bool {
+	if p == "" || p == "/" {
+		return true
+	}
+	for _, seg := range strings.Split(strings.TrimSuffix(p[1:], "/"), "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+	}
+	return true
 }
 
 // replayable reads up to limit bytes of r's body: a body that ends within
@@ -463,8 +500,12 @@ func replayable(r *http.Request, limit int64) error {
 func (rt *route) bulkheaded(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := rt.bulk.Acquire(r.Context()); err != nil {
-			if r.Context().Err() != nil {
-				return // the client went away or its deadline passed while it waited
+			switch cerr := r.Context().Err(); {
+			case errors.Is(cerr, context.Canceled):
+				return // the client went away while it waited: nobody reads an answer
+			case cerr != nil:
+				http.Error(w, "watertight: proxy: route "+rt.cfg.Name+": the request's deadline passed while it waited for the route's bulkhead", http.StatusGatewayTimeout)
+				return
 			}
 			w.Header().Set(watertighthttp.HeaderOverloaded, "true")
 			w.Header().Set("Retry-After", "1")
@@ -533,6 +574,11 @@ func (rt *route) trusts(r *http.Request, client string) bool {
 func (rt *route) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	if r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled) {
 		return // the client went away: nobody reads an answer
+	}
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		http.Error(w, fmt.Sprintf("watertight: proxy: request body is over the route's limit of %d bytes", mb.Limit), http.StatusRequestEntityTooLarge)
+		return
 	}
 	if fb := rt.cfg.Fallback; fb != nil {
 		w.Header().Set("Content-Type", fb.ContentType)

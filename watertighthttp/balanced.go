@@ -55,7 +55,7 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 		start := time.Now()
 		var resp *http.Response
 		if p.inner != nil {
-			resp, err = watertight.Do(ctx, p.inner, b.attempt.do)
+			resp, err = watertight.Do(ctx, p.inner, b.doCounted)
 		} else {
 			resp, err = b.attempt.do(ctx)
 		}
@@ -94,6 +94,20 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 type requestURL struct {
 	r http.Request
 	u url.URL
+}
+
+// doCounted is attempt.do for the picked host's protections: an attempt
+// cut short by the caller's own end (its cancellation, or a deadline it
+// chose, such as a client's deadline header at a gateway) is Ignored by
+// the host's breaker, as by the Balancer, so that callers cannot open a
+// healthy host's breaker by asking for too little time. The attempt's own
+// timeout (AttemptTimeout) still counts.
+func (b *balancedAttempt) doCounted(ctx context.Context) (*http.Response, error) {
+	resp, err := b.attempt.do(ctx)
+	if err != nil && b.orig.Context().Err() != nil {
+		err = watertight.Mark(err, watertight.Ignored)
+	}
+	return resp, err
 }
 
 // next returns a host for an attempt that refused hosts already: one

@@ -318,3 +318,42 @@ func TestBalancedCallerDeadlineIsNotTheHosts(t *testing.T) {
 		t.Fatalf("attempt timeouts: %d ejected, want 1 (the cap of 2 hosts)", s.Ejected)
 	}
 }
+
+// Callers with deadlines too short for a healthy host open neither its
+// breaker nor eject it; an attempt timeout opens the breaker.
+func TestBalancedShortCallerDeadlinesDoNotOpenBreakers(t *testing.T) {
+	p := newPool(t, 1, balance.Config{}, func(i int, w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+	})
+	breakers, err := circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{ConsecutiveFailures: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := p.transport(t, watertighthttp.TransportConfig{Breakers: breakers, MaxEndpoints: -1, Retry: retry.Config{MaxAttempts: 1}})
+	for range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://catalog.upstream/", nil)
+		if _, err := tr.RoundTrip(req); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err %v", err)
+		}
+		cancel()
+	}
+	b, _ := breakers.Get(p.hosts[0])
+	if st := b.State(); st != circuit.Closed {
+		t.Fatalf("the caller's own deadlines moved the host's breaker to %v", st)
+	}
+	if code, _ := send(t, tr, http.MethodGet, nil); code != http.StatusOK {
+		t.Fatalf("a normal request after them: %d", code)
+	}
+	tr = p.transport(t, watertighthttp.TransportConfig{Breakers: breakers, MaxEndpoints: -1, Retry: retry.Config{MaxAttempts: 1}, AttemptTimeout: 5 * time.Millisecond})
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodGet, "http://catalog.upstream/", nil)
+		tr.RoundTrip(req)
+	}
+	if st := b.State(); st != circuit.Open {
+		t.Fatalf("three attempt timeouts: breaker %v, want open", st)
+	}
+}

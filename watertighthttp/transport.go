@@ -104,8 +104,9 @@ type TransportConfig struct {
 	// the previous attempt's last) before the rejection is returned. The
 	// retry policy is around the pick; its events carry no Key (the host
 	// differs per attempt). The caller's own cancellation or deadline
-	// does not count against a host; an attempt timeout (AttemptTimeout)
-	// does. The time counted starts before the host's protections (a wait
+	// counts against neither a host nor its breaker (a gateway's clients
+	// must not open a healthy host's breaker by asking for too little
+	// time); an attempt timeout (AttemptTimeout) counts against both. The time counted starts before the host's protections (a wait
 	// in its bulkhead counts), and an answer whose body fails after its
 	// header still ends as a success.
 	Balancer *balance.Balancer
@@ -147,7 +148,7 @@ type TransportConfig struct {
 	// Listener, if not nil, receives the events of the Transport's retry
 	// policy (Source "retry", Name Retry.Name: EventRetryScheduled,
 	// EventRetryExhausted, EventRetrySkipped), each with Key set to the
-	// request's key (Config.Key), and the Transport's own: an
+	// request's key (Config.Key; none with a Balancer), and the Transport's own: an
 	// EventRetrySkipped with Source "http", Name this Name and the Reason
 	// "request body cannot be replayed" for a request that would have been
 	// retried but whose body cannot be sent again. Retry.Listener, if set,
