@@ -1,0 +1,88 @@
+package gateway_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestPathsMustBeNormalised(t *testing.T) {
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	_, srv := front(t, listener+fmt.Sprintf("upstreams:\n  a: {hosts: [%s]}\nroutes:\n  pub: {upstream: a, path_prefix: /public/}\n", b.host))
+	c := client(t)
+	for _, p := range []string{"/public/../private/x", "/public/%2e%2e/private", "/public/./x", "/public//x"} {
+		if code, _, _ := get(t, c, "GET", srv.URL+p, nil, ""); code != http.StatusBadRequest {
+			t.Errorf("%s: %d, want 400", p, code)
+		}
+	}
+	if code, _, _ := get(t, c, "GET", srv.URL+"/public/x/", nil, ""); code != 200 {
+		t.Errorf("a clean path with a trailing slash: %d", code)
+	}
+	if n := b.hits.Load(); n != 1 {
+		t.Fatalf("the upstream got %d requests, want 1", n)
+	}
+}
+
+// A request whose deadline passes while it waits for the route's bulkhead
+// gets 504, not an empty answer.
+func TestBulkheadWaitPastDeadline(t *testing.T) {
+	release, arrived := make(chan struct{}), make(chan struct{}, 1)
+	defer close(release)
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	_, srv := front(t, listener+fmt.Sprintf(`
+bulkheads:
+  one: {max_concurrent: 1, max_wait: 1s}
+upstreams:
+  a: {hosts: [%s]}
+routes:
+  r: {upstream: a, bulkhead: one, timeout: 300ms}
+`, b.host))
+	c := client(t)
+	held := make(chan int, 1)
+	go func() {
+		code, _, _ := get(t, c, "GET", srv.URL+"/hold", nil, "")
+		held <- code
+	}()
+	<-arrived // the first request holds the permit
+	code, body, _ := get(t, c, "GET", srv.URL+"/wait", http.Header{"X-Request-Timeout-Ms": {"50"}}, "")
+	if code != http.StatusGatewayTimeout || !strings.Contains(body, "deadline passed while it waited") {
+		t.Fatalf("waited past its deadline: %d %q", code, body)
+	}
+	<-held
+}
+
+// Upstreams sharing a breakers: entry show only their own hosts' breakers.
+func TestSharedBreakerRegistryPerUpstream(t *testing.T) {
+	a := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+	g, srv := front(t, listener+fmt.Sprintf(`
+breakers:
+  per-host: {}
+upstreams:
+  a: {hosts: [%s], breaker: per-host}
+  b: {hosts: [%s], breaker: per-host}
+routes:
+  ra: {upstream: a, path_prefix: /a}
+  rb: {upstream: b, path_prefix: /b}
+`, a.host, b.host))
+	c := client(t)
+	get(t, c, "GET", srv.URL+"/a", nil, "")
+	get(t, c, "GET", srv.URL+"/b", nil, "")
+	for _, u := range g.State().Upstreams {
+		if len(u.Breakers) != 1 {
+			t.Fatalf("upstream %s shows %d breakers: %+v", u.Name, len(u.Breakers), u.Breakers)
+		}
+		want := map[string]string{"a": a.host, "b": b.host}[u.Name]
+		if u.Breakers[0].Host != want {
+			t.Fatalf("upstream %s shows %s's breaker", u.Name, u.Breakers[0].Host)
+		}
+	}
+}
