@@ -411,7 +411,10 @@ func (rt *route) limited(next http.Handler) http.Handler {
 			return
 		}
 		if c.Timeout > 0 {
-			ctx, cancel := context.WithTimeout(r.Context(), c.Timeout)
+			// The route's timeout is the host's to meet (its expiry counts
+			// on the host's breaker); a shorter deadline of the client's
+			// is not (watertighthttp.TransportConfig.Balancer).
+			ctx, cancel := context.WithTimeoutCause(r.Context(), c.Timeout, errRouteTimeout)
 			defer cancel()
 			r = r.WithContext(ctx)
 		}
@@ -453,6 +456,10 @@ func (rt *route) limited(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// errRouteTimeout is the cause of a route's context when its timeout
+// passes: marked Failure, so that the host's breaker counts it.
+var errRouteTimeout = watertight.Mark(fmt.Errorf("watertight: proxy: the route's timeout passed: %w", context.DeadlineExceeded), watertight.Failure)
 
 // cleanPath reports whether p has no ".", ".." or empty segments (a
 // trailing slash aside), decoded: routes match on it, and an upstream that

@@ -86,3 +86,43 @@ routes:
 		}
 	}
 }
+
+// The route's timeout is the host's to meet: a host that misses it has its
+// breaker opened. A client's own short deadline is not: it opens nothing.
+func TestRouteTimeoutCountsClientDeadlineDoesNot(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	cfg := func(timeout string) string {
+		return listener + fmt.Sprintf(`
+breakers:
+  per-host: {consecutive_failures: 3}
+upstreams:
+  a: {hosts: [%s], breaker: per-host, consecutive_errors: off, slow_factor: off}
+routes:
+  r: {upstream: a, timeout: %s}
+`, b.host, timeout)
+	}
+	c := client(t)
+	g, srv := front(t, cfg("2s"))
+	for range 5 {
+		if code, _, _ := get(t, c, "GET", srv.URL+"/", http.Header{"X-Request-Timeout-Ms": {"30"}}, ""); code != http.StatusGatewayTimeout {
+			t.Fatalf("a client's 30 ms deadline: %d", code)
+		}
+	}
+	if st := g.State().Upstreams[0].Breakers[0].State; st != "closed" {
+		t.Fatalf("clients' short deadlines moved the host's breaker to %s", st)
+	}
+	g2, srv2 := front(t, cfg("30ms"))
+	for range 3 {
+		get(t, c, "GET", srv2.URL+"/", nil, "")
+	}
+	if st := g2.State().Upstreams[0].Breakers[0].State; st != "open" {
+		t.Fatalf("three route timeouts: breaker %s, want open", st)
+	}
+}

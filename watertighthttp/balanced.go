@@ -2,6 +2,7 @@ package watertighthttp
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -74,7 +75,7 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 		lat := time.Since(start)
 		if err != nil {
 			o := watertight.Classify(ctx, err)
-			if ctx.Err() != nil {
+			if callerEnded(ctx) {
 				o = watertight.Ignored // the caller's own end, not the host's
 			}
 			h.Done(o, lat)
@@ -97,17 +98,33 @@ type requestURL struct {
 }
 
 // doCounted is attempt.do for the picked host's protections: an attempt
-// cut short by the caller's own end (its cancellation, or a deadline it
-// chose, such as a client's deadline header at a gateway) is Ignored by
-// the host's breaker, as by the Balancer, so that callers cannot open a
+// cut short by the caller's own end (see callerEnded) is Ignored by the
+// host's breaker, as by the Balancer, so that callers cannot open a
 // healthy host's breaker by asking for too little time. The attempt's own
 // timeout (AttemptTimeout) still counts.
 func (b *balancedAttempt) doCounted(ctx context.Context) (*http.Response, error) {
 	resp, err := b.attempt.do(ctx)
-	if err != nil && b.orig.Context().Err() != nil {
+	if err != nil && callerEnded(b.orig.Context()) {
 		err = watertight.Mark(err, watertight.Ignored)
 	}
 	return resp, err
+}
+
+// callerEnded reports whether ctx, the caller's, has ended in a way that
+// says nothing of the host: cancelled, or past a deadline the caller chose
+// (a client's deadline header at a gateway). A deadline whose cause
+// carries the Failure outcome (context.WithTimeoutCause with
+// watertight.Mark(err, watertight.Failure): a gateway's route timeout,
+// which the operator set for the host to meet) is the host's.
+func callerEnded(ctx context.Context) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	var o interface{ Outcome() watertight.Outcome }
+	if c := context.Cause(ctx); errors.As(c, &o) && o.Outcome() == watertight.Failure {
+		return false
+	}
+	return true
 }
 
 // next returns a host for an attempt that refused hosts already: one

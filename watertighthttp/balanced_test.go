@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/balance"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/retry"
@@ -348,6 +349,18 @@ func TestBalancedShortCallerDeadlinesDoNotOpenBreakers(t *testing.T) {
 	if code, _ := send(t, tr, http.MethodGet, nil); code != http.StatusOK {
 		t.Fatalf("a normal request after them: %d", code)
 	}
+	// A deadline whose cause is marked Failure is the host's to meet.
+	own := watertight.Mark(errors.New("route timeout"), watertight.Failure)
+	for range 2 {
+		ctx, cancel := context.WithTimeoutCause(context.Background(), 5*time.Millisecond, own)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://catalog.upstream/", nil)
+		tr.RoundTrip(req)
+		cancel()
+	}
+	if s := b.Snapshot(); s.ConsecutiveFailures != 2 || s.State != circuit.Closed {
+		t.Fatalf("two deadlines of the host's own: %+v", s)
+	}
+	b.Reset()
 	tr = p.transport(t, watertighthttp.TransportConfig{Breakers: breakers, MaxEndpoints: -1, Retry: retry.Config{MaxAttempts: 1}, AttemptTimeout: 5 * time.Millisecond})
 	for range 3 {
 		req, _ := http.NewRequest(http.MethodGet, "http://catalog.upstream/", nil)

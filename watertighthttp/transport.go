@@ -106,7 +106,10 @@ type TransportConfig struct {
 	// differs per attempt). The caller's own cancellation or deadline
 	// counts against neither a host nor its breaker (a gateway's clients
 	// must not open a healthy host's breaker by asking for too little
-	// time); an attempt timeout (AttemptTimeout) counts against both. The time counted starts before the host's protections (a wait
+	// time), unless the deadline's cause is marked watertight.Failure
+	// (context.WithTimeoutCause(ctx, d, watertight.Mark(err,
+	// watertight.Failure)): a deadline the host is meant to meet); an
+	// attempt timeout (AttemptTimeout) counts against both. The time counted starts before the host's protections (a wait
 	// in its bulkhead counts), and an answer whose body fails after its
 	// header still ends as a success.
 	Balancer *balance.Balancer
