@@ -70,9 +70,10 @@ type Gateway struct {
 // table is one configuration, built: what a request reads, swapped whole
 // by Reload.
 type table struct {
-	cfg    *Config
-	ups    map[string]*upstream
-	routes []*route
+	cfg     *Config
+	ups     map[string]*upstream
+	routes  []*route
+	metrics map[string]func() // the sources added to the collector, to remove the ones a reload drops
 }
 
 type upstream struct {
@@ -130,7 +131,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 // and balancing settings are the same, its connections when its connect
 // timeout is, and a route's default retry budget (its balance).
 func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
-	t := &table{cfg: cfg, ups: map[string]*upstream{}}
+	t := &table{cfg: cfg, ups: map[string]*upstream{}, metrics: map[string]func(){}}
 	for name, u := range cfg.Upstreams {
 		var prev *upstream
 		if old != nil {
@@ -169,7 +170,7 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 			if up.breakers, err = g.reg.CircuitRegistry(u.Breaker); err != nil {
 				return nil, fmt.Errorf("gateway: upstream %s: %w", name, err)
 			}
-			g.prom.AddBreakerRegistry(u.Breaker, up.breakers) // upstreams may share it
+			t.metrics["breakers/"+u.Breaker] = g.prom.AddBreakerRegistry(u.Breaker, up.breakers) // upstreams may share it
 		}
 		t.ups[name] = up
 	}
@@ -222,7 +223,7 @@ func (g *Gateway) newRoute(t *table, rc Route, prev *route) (*route, error) {
 			}
 			rt.budget = b
 		}
-		g.prom.AddBudget(rc.Name, rt.budget)
+		t.metrics["budget/"+rc.Name] = g.prom.AddBudget(rc.Name, rt.budget)
 		rcfg = retry.Config{Name: rc.Name, MaxAttempts: 2, Budget: rt.budget}
 	}
 	rcfg.Listener = lis
@@ -245,7 +246,7 @@ func (g *Gateway) newRoute(t *table, rc Route, prev *route) (*route, error) {
 		if rt.bulk, err = g.reg.Bulkhead(rc.Bulkhead); err != nil {
 			return nil, err
 		}
-		g.prom.AddBulkhead(rt.bulk)
+		t.metrics["bulkhead/"+rc.Bulkhead] = g.prom.AddBulkhead(rt.bulk)
 		h = rt.bulkheaded(h)
 	}
 	h = rt.limited(h)
@@ -304,6 +305,11 @@ func (g *Gateway) reload(path string) error {
 		return err
 	}
 	g.tab.Store(t)
+	for k, remove := range old.metrics {
+		if _, kept := t.metrics[k]; !kept {
+			remove() // gone from the file: gone from /metrics
+		}
+	}
 	for name, up := range old.ups {
 		if nu, ok := t.ups[name]; !ok || nu.base != up.base {
 			up.base.CloseIdleConnections()

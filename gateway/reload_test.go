@@ -223,3 +223,52 @@ func TestRunReloadsOnFileChange(t *testing.T) {
 		t.Fatal("/one after the change")
 	}
 }
+
+// A reload that drops a route drops its metrics.
+func TestReloadDropsMetricsOfRemovedRoutes(t *testing.T) {
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	path := filepath.Join(t.TempDir(), "gw.yaml")
+	two := listener + fmt.Sprintf("upstreams:\n  a: {hosts: [%s]}\nroutes:\n  keep: {upstream: a, path_prefix: /keep}\n  drop: {upstream: a, path_prefix: /drop}\n", b.host)
+	write(t, path, two)
+	g, _ := served(t, path)
+	adm := httptest.NewServer(g.Admin())
+	defer adm.Close()
+	c := client(t)
+	metrics := func() string {
+		_, body, _ := get(t, c, "GET", adm.URL+"/metrics", nil, "")
+		return body
+	}
+	if m := metrics(); !strings.Contains(m, `name="drop"`) || !strings.Contains(m, `name="keep"`) {
+		t.Fatalf("before: no budget metrics for the routes:\n%.2000s", m)
+	}
+	write(t, path, listener+fmt.Sprintf("upstreams:\n  a: {hosts: [%s]}\nroutes:\n  keep: {upstream: a, path_prefix: /keep}\n", b.host))
+	if err := g.Reload(path); err != nil {
+		t.Fatal(err)
+	}
+	if m := metrics(); strings.Contains(m, `name="drop"`) || !strings.Contains(m, `name="keep"`) {
+		t.Fatalf("after dropping route drop:\n%.2000s", m)
+	}
+}
+
+// /state says why a host's breaker opened.
+func TestStateShowsTheTripReason(t *testing.T) {
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusBadGateway) })
+	g, srv := front(t, listener+fmt.Sprintf(`
+breakers:
+  per-host: {consecutive_failures: 3}
+upstreams:
+  a: {hosts: [%s], breaker: per-host, consecutive_errors: off}
+routes:
+  r: {upstream: a, retry: once}
+retries:
+  once: {max_attempts: 1}
+`, b.host))
+	c := client(t)
+	for range 3 {
+		get(t, c, "GET", srv.URL+"/", nil, "")
+	}
+	br := g.State().Upstreams[0].Breakers[0]
+	if br.State != "open" || !strings.Contains(br.Reason, "consecutive failures: 3 in a row") {
+		t.Fatalf("breaker in /state: %+v", br)
+	}
+}
