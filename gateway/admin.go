@@ -275,9 +275,9 @@ func (g *Gateway) watch(ctx context.Context) (stop func()) {
 		context.AfterFunc(ctx, t.Stop)
 	}
 	done := make(chan struct{})
+	last := g.stamp // the file as New saw it: a change since then is a change
 	go func() {
 		defer close(done)
-		last := fileStamp(path)
 		for {
 			select {
 			case <-ctx.Done():

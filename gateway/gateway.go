@@ -62,6 +62,7 @@ type Gateway struct {
 	tab  atomic.Pointer[table]
 	mu   sync.Mutex // one Reload at a time
 
+	stamp            string // Options.ConfigPath's fileStamp when New ran
 	ready            atomic.Bool
 	reloads, refused atomic.Int64
 	lastRefusal      atomic.Pointer[string]
@@ -98,6 +99,9 @@ type route struct {
 // nothing and listens nowhere; Run does.
 func New(cfg *Config, opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, log: opts.Logger}
+	if opts.ConfigPath != "" {
+		g.stamp = fileStamp(opts.ConfigPath)
+	}
 	if g.log == nil {
 		g.log = slog.Default()
 	}
