@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -481,17 +482,12 @@ func (c *Config) readRoutes(d *watertightconfig.Decoder, n *yaml.Node) {
 func (c *Config) checkRoute(d *watertightconfig.Decoder, i, line int, upNode *yaml.Node) {
 	r := &c.Routes[i]
 	path := "routes." + r.Name
-	if _, ok := c.Upstreams[r.Upstream]; !ok && r.Upstream != "" {
-		have := make([]string, 0, len(c.Upstreams))
-		for k := range c.Upstreams {
-			have = append(have, k)
-		}
-		slices.Sort(have)
-		d.Fail(upNode, path+".upstream", "names upstream %q, which the file does not define (upstreams: %s)", r.Upstream, strings.Join(have, ", "))
+	if r.Upstream != "" {
+		d.Missing(upNode, path+".upstream", "upstream", "upstreams", r.Upstream, slices.Sorted(maps.Keys(c.Upstreams)))
 	}
 	for _, l := range r.Listeners {
 		if _, ok := c.Listeners[l]; !ok {
-			d.FailLine(line, path+".listeners", "names listener %q, which the file does not define", l)
+			d.FailLine(line, path+".listeners", "no listener named %q (listeners: %s)", l, strings.Join(slices.Sorted(maps.Keys(c.Listeners)), ", "))
 		}
 	}
 }

@@ -101,7 +101,7 @@ func TestReloadRefusesBadFile(t *testing.T) {
 	g, srv := served(t, path)
 	write(t, path, good+"  extra: {upstream: nowhere}\n")
 	err := g.Reload(path)
-	if err == nil || !strings.Contains(err.Error(), `gw.yaml:8: routes.extra.upstream: names upstream "nowhere"`) {
+	if err == nil || !strings.Contains(err.Error(), `gw.yaml:8: routes.extra.upstream: no upstream named "nowhere"`) {
 		t.Fatalf("Reload = %v", err)
 	}
 	moved := strings.Replace(good, "127.0.0.1:1", "127.0.0.1:3", 1)

@@ -35,7 +35,7 @@ func TestProxyCheck(t *testing.T) {
 	if code := run(context.Background(), []string{"proxy", "--check", bad}, &out, &errb); code != exitUsage {
 		t.Fatalf("exit %d, want %d; stderr %s", code, exitUsage, errb.String())
 	}
-	for _, want := range []string{bad + ":6: routes.all.timeout: must be a duration", bad + `:6: routes.all.upstream: names upstream "b"`} {
+	for _, want := range []string{bad + ":6: routes.all.timeout: must be a duration", bad + `:6: routes.all.upstream: no upstream named "b"`} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr %q lacks %q", errb.String(), want)
 		}

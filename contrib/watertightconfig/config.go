@@ -881,16 +881,29 @@ func (d *decoder) ref(src source, defaults bool, path, key, name string, have []
 	if contains(have, name) {
 		return
 	}
-	list := strings.Join(have, ", ")
-	if list == "" {
-		list = "none"
-	}
 	what := map[string]string{"budget": "budgets", "breaker": "breakers", "bulkhead": "bulkheads", "concurrency": "concurrency_budgets"}[key]
 	noun := key
 	if key == "concurrency" {
 		noun = "concurrency budget"
 	}
-	d.fail(src.lineOf(key), path+"."+key, "no %s named %q (%s: %s)", noun, name, what, list)
+	d.fail(src.lineOf(key), path+"."+key, "%s", missingName(noun, what, name, have, false))
+}
+
+// missingName says that no noun is named name in section, which has the
+// names have: "no breaker named "x" (breakers: a, b)", and, with suggest,
+// the closest name when it looks like a typo.
+func missingName(noun, section, name string, have []string, withSuggestion bool) string {
+	list := strings.Join(have, ", ")
+	if list == "" {
+		list = "none"
+	}
+	msg := fmt.Sprintf("no %s named %q (%s: %s)", noun, name, section, list)
+	if withSuggestion {
+		if s := suggest(name, have); s != "" {
+			msg += fmt.Sprintf("; did you mean %q?", s)
+		}
+	}
+	return msg
 }
 
 func (d *decoder) unknown(line int, path, key string, known []string) {

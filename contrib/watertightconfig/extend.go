@@ -190,42 +190,43 @@ func (d *Decoder) Rate(n *yaml.Node, path string) (float64, bool) {
 }
 
 // Ref reports name, read from n at path, when the library section (such as
-// "breakers") does not define it. It returns whether the name is defined.
+// "breakers") does not define it, in the library's own words: no breaker
+// named "x" (breakers: a, b); did you mean "a"? It returns whether the
+// name is defined.
 func (d *Decoder) Ref(n *yaml.Node, path, section, name string) bool {
 	var have []string
+	noun := strings.TrimSuffix(section, "s")
 	switch section {
 	case "breakers":
 		have = sortedKeys(d.file.Breakers)
 	case "bulkheads":
 		have = sortedKeys(d.file.Bulkheads)
 	case "retries":
-		have = sortedKeys(d.file.Retries)
+		have, noun = sortedKeys(d.file.Retries), "retry policy"
 	case "budgets":
 		have = sortedKeys(d.file.Budgets)
 	case "concurrency_budgets":
-		have = sortedKeys(d.file.ConcurrencyBudgets)
+		have, noun = sortedKeys(d.file.ConcurrencyBudgets), "concurrency budget"
 	case "timeouts":
 		have = sortedKeys(d.file.Timeouts)
 	case "hedges":
-		have = sortedKeys(d.file.Hedges)
+		have, noun = sortedKeys(d.file.Hedges), "hedging policy"
 	case "limiters":
 		have = sortedKeys(d.file.Limiters)
 	default:
 		panic("watertightconfig: Decoder.Ref: unknown section " + section)
 	}
+	return d.Missing(n, path, noun, section, name, have)
+}
+
+// Missing is Ref for names a program's own sections define: it reports
+// name at path unless have (the names section defines) holds it, and
+// returns whether it does.
+func (d *Decoder) Missing(n *yaml.Node, path, noun, section, name string, have []string) bool {
 	if slices.Contains(have, name) {
 		return true
 	}
-	msg := fmt.Sprintf("names %s %q, which the file does not define", section, name)
-	if len(have) > 0 {
-		msg += " (it has " + strings.Join(have, ", ") + ")"
-	} else {
-		msg += fmt.Sprintf(" (add it under %s:)", section)
-	}
-	if s := suggest(name, have); s != "" {
-		msg += fmt.Sprintf("; did you mean %q?", s)
-	}
-	d.Fail(n, path, "%s", msg)
+	d.Fail(n, path, "%s", missingName(noun, section, name, have, true))
 	return false
 }
 

@@ -99,7 +99,7 @@ rutes: {}
 	want := []string{
 		"gw.yaml:2: breakers.per-host.min_calls:",
 		"gw.yaml:6: routes.catalog.timeout: must be a duration",
-		`gw.yaml:7: routes.catalog.breaker: names breakers "per-hots", which the file does not define (it has per-host); did you mean "per-host"?`,
+		`gw.yaml:7: routes.catalog.breaker: no breaker named "per-hots" (breakers: per-host); did you mean "per-host"?`,
 		`gw.yaml:8: routes.catalog.method: unknown field (did you mean methods?)`,
 		`gw.yaml:9: rutes: unknown`,
 	}
