@@ -13,7 +13,8 @@ type EventKind uint8
 // and which Event fields it fills.
 const (
 	// EventStateChange: a circuit breaker (or another state machine) moved
-	// From one state To another; Reason says why.
+	// From one state To another; Reason says why, Code names the rule or
+	// the cause (circuit.CodeFailureRate, circuit.CodeTimer...).
 	EventStateChange EventKind = iota + 1
 	// EventRejected: a call was refused without running (open breaker,
 	// exhausted budget, deadline too short...); Err is the rejection.
@@ -25,7 +26,8 @@ const (
 	EventRetryScheduled
 	// EventRetryExhausted: the last allowed attempt failed.
 	EventRetryExhausted
-	// EventRetrySkipped: a failure was not retried; Reason says why.
+	// EventRetrySkipped: a failure was not retried; Reason says why, Code
+	// is the reason's code (retry.CodeNotIdempotent...).
 	EventRetrySkipped
 	// EventBudgetExhausted: a retry or hedge budget refused a withdrawal.
 	EventBudgetExhausted
@@ -34,14 +36,15 @@ const (
 	EventHedgeSent
 	// EventHedgeWon: a hedged attempt answered first.
 	EventHedgeWon
-	// EventHedgeSuppressed: a hedge was due but not sent; Reason says why
-	// (budget, breaker, bulkhead, overload).
+	// EventHedgeSuppressed: a hedge was due but not sent; Reason and Code
+	// say why (budget, breaker, bulkhead, overload).
 	EventHedgeSuppressed
 	// EventFallbackUsed: a fallback answered instead of the primary;
-	// Reason names the fallback, Err is the primary's error.
+	// Reason names the fallback, Code its kind, Err is the primary's error.
 	EventFallbackUsed
 	// EventShed: a server dropped a request before running it (deadline
-	// gone, over capacity); Reason says why.
+	// gone, over capacity); Reason says why, Code is the reason's code
+	// (watertighthttp.CodeRouteFull...).
 	EventShed
 	// EventFaultInjected: fault injection replaced or delayed a call.
 	EventFaultInjected
@@ -52,10 +55,10 @@ const (
 	// context ended, or the queue was shut down); Err says why.
 	EventDropped
 	// EventBadInput: a value a client sent (a header) was malformed or out
-	// of range and was ignored or clamped. Key names the header, Reason
-	// says why in a short stable label ("malformed", "absurd",
-	// "unknown_criticality"). It is emitted for every such value, also
-	// when the log line about it is rate-limited away.
+	// of range and was ignored or clamped. Key names the header, Code (and
+	// Reason) says why ("malformed", "absurd", "unknown_criticality"). It
+	// is emitted for every such value, also when the log line about it is
+	// rate-limited away.
 	EventBadInput
 	// EventAcquired: a bulkhead admitted a call, which took Permits
 	// permits (the n of AcquireN; 1 for Acquire, TryAcquire and Enter)
@@ -74,7 +77,7 @@ const (
 	EventReleased
 	// EventLimitChanged: an adaptive concurrency limit (package limit)
 	// moved its limit to Permits at the end of a window; Reason names the
-	// algorithm, Delay is the window's mean latency.
+	// algorithm and Code is its code, Delay is the window's mean latency.
 	EventLimitChanged
 	numEventKinds
 )
@@ -130,8 +133,29 @@ type Event struct {
 	// From and To are state names (EventStateChange only).
 	From, To string
 	// Reason says why, in words for people: "failure rate 60% >= 50% over
-	// 20 calls", "budget exhausted".
+	// 20 calls", "budget exhausted". It may carry numbers and names; match
+	// Code, not Reason, in programs.
 	Reason string
+	// Code says why in a stable, machine-readable form: a short snake_case
+	// value ("not_idempotent", "failure_rate", "route_full") defined as an
+	// exported constant (CodeXxx) by the package that emits the event and
+	// listed in that package's doc and in docs/observability.md. A code
+	// keeps its meaning across versions and is never built from client
+	// input or error text, so the set of values is bounded: it is meant for
+	// metric labels, dashboards and alerts.
+	//
+	// Kinds that say why carry a code: EventStateChange (the rule that
+	// tripped, or why it moved back), EventRejected, EventBulkheadFull,
+	// EventRetrySkipped, EventRetryExhausted, EventBudgetExhausted,
+	// EventHedgeSuppressed, EventFallbackUsed, EventShed, EventFaultInjected,
+	// EventDropped, EventBadInput and EventLimitChanged (the algorithm).
+	// Kinds that only count (EventRetryScheduled, EventHedgeSent,
+	// EventHedgeWon, EventReplayed, EventAcquired, EventReleased) may leave
+	// it empty. An emitter outside this module should define its own codes
+	// the same way: 1 to 40 bytes of a-z, 0-9 and '_', beginning with a
+	// letter (the metrics exporters count any other value as "other"). An
+	// empty Code means "not given".
+	Code string
 	// Attempt is the attempt number the event concerns (1 is the first).
 	Attempt int
 	// Delay is a wait: before the next retry, before a hedge was sent, how

@@ -551,7 +551,7 @@ func (b *Balancer) eject(h *Host, reason string) {
 	b.mu.Unlock()
 	watertight.Emit(b.lis, watertight.Event{
 		Kind: watertight.EventStateChange, Source: "balance", Name: b.name, Key: h.addr,
-		From: StateActive, To: StateEjected, Reason: reason, Delay: d,
+		From: StateActive, To: StateEjected, Reason: reason, Delay: d, Code: reason, // the Reason constants are codes
 	})
 	time.AfterFunc(d, func() { b.restore(h) })
 }
@@ -581,7 +581,7 @@ func (b *Balancer) restore(h *Host) {
 	b.mu.Unlock()
 	watertight.Emit(b.lis, watertight.Event{
 		Kind: watertight.EventStateChange, Source: "balance", Name: b.name, Key: h.addr,
-		From: StateEjected, To: StateActive, Reason: ReasonEjectionEnded,
+		From: StateEjected, To: StateActive, Reason: ReasonEjectionEnded, Code: CodeEjectionEnded,
 	})
 }
 

@@ -235,7 +235,7 @@ func TestConsecutiveErrorsEjectAndBackOff(t *testing.T) {
 				from, to, reason = to, from, balance.ReasonEjectionEnded
 			}
 			if e.Kind != watertight.EventStateChange || e.Source != "balance" || e.Name != "cart" || e.Key != bad.Addr() ||
-				e.From != from || e.To != to || e.Reason != reason {
+				e.From != from || e.To != to || e.Reason != reason || e.Code != reason {
 				t.Fatalf("event %d: %+v", i, e)
 			}
 		}

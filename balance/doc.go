@@ -27,8 +27,9 @@
 // allocation, but for the rare Done that judges a host's latency (a mutex,
 // once every MinSamples of its calls) or ejects it (a clock read, its
 // event, the timer that brings it back). Ejections and returns are EventStateChange events with Source
-// "balance" and a stable Reason code ([ReasonConsecutiveErrors],
-// [ReasonSlow], [ReasonEjectionEnded]); [Balancer.Snapshot] is the pool's
+// "balance" and a stable Code, also their Reason ([CodeConsecutiveErrors]
+// "consecutive_errors", [CodeSlow] "slow", [CodeEjectionEnded]
+// "ejection_ended"); [Balancer.Snapshot] is the pool's
 // state for an admin view.
 //
 // A Balancer knows nothing of breakers or retries: a circuit breaker per

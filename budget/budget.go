@@ -659,7 +659,7 @@ func (b *Budget) withdrawFloor() bool {
 func (b *Budget) emitRefused() {
 	watertight.Emit(b.cfg.Listener, watertight.Event{
 		Kind: watertight.EventBudgetExhausted, Source: source, Name: b.cfg.Name,
-		Reason: "no token in the balance nor from the floor", Err: ErrExhausted,
+		Reason: "no token in the balance nor from the floor", Err: ErrExhausted, Code: CodeNoTokens,
 	})
 }
 

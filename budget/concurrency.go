@@ -237,6 +237,7 @@ func (c *Concurrency) emitRefused() {
 	watertight.Emit(c.cfg.Listener, watertight.Event{
 		Kind: watertight.EventBudgetExhausted, Source: source, Name: c.cfg.Name,
 		Reason: "retries in flight at the limit, max(MinConcurrency, Percent of the active requests)", Err: ErrExhausted,
+		Code: CodeConcurrencyLimit,
 	})
 }
 

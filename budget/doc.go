@@ -159,4 +159,11 @@
 // ErrThrottled). All have Source "budget" and the configured Name, and are
 // sent with no lock held. Without a listener nothing is built: the paths
 // cost what they did.
+//
+// Each event carries a Code, a stable reason for metric labels and alerts:
+// CodeNoTokens "no_tokens" (a Budget), CodeConcurrencyLimit
+// "concurrency_limit" (a Concurrency), CodeTokensBelowHalf
+// "tokens_below_half" (a RetryThrottle, whose RetryThrottleConfig.Listener
+// gets an EventBudgetExhausted for each refused retry) and CodeThrottled
+// "throttled" (a Throttler's EventRejected).
 package budget

@@ -304,7 +304,7 @@ func (t *Throttler) allow(withInflight bool) (*tbucket, error) {
 func (t *Throttler) emitRejected() {
 	watertight.Emit(t.cfg.Listener, watertight.Event{
 		Kind: watertight.EventRejected, Source: source, Name: t.cfg.Name,
-		Reason: "throttled locally: the backend accepts too few of the requests", Err: ErrThrottled,
+		Reason: "throttled locally: the backend accepts too few of the requests", Err: ErrThrottled, Code: CodeThrottled,
 	})
 }
 

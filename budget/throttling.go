@@ -153,6 +153,7 @@ func (t *RetryThrottle) refused() {
 	}
 	watertight.Emit(t.cfg.Listener, watertight.Event{
 		Kind: watertight.EventBudgetExhausted, Source: source, Name: t.cfg.Name, Err: ErrExhausted,
+		Reason: "tokens at or below half of MaxTokens", Code: CodeTokensBelowHalf,
 	})
 }
 

@@ -332,18 +332,38 @@ func (b *Bulkhead) Reconfigure(cfg Config) error {
 	return nil
 }
 
+// why is the reason of a bulkhead's EventBulkheadFull or EventRejected: its
+// words (whyWords) and its code (whyCodes).
+type why uint8
+
 // Reasons of the bulkhead's EventBulkheadFull and EventRejected events.
 const (
-	reasonNoWait   = "no permit free"
-	reasonTimedOut = "no permit free within MaxWait"
-	reasonRoomFull = "no permit free and the waiting room full"
-	reasonEvicted  = "evicted from the waiting room by a newer waiter"
-	reasonTooMany  = "more permits asked for than MaxConcurrent"
+	reasonNoWait why = iota
+	reasonTimedOut
+	reasonRoomFull
+	reasonEvicted
+	reasonTooMany
 )
+
+var whyWords = [...]string{
+	reasonNoWait:   "no permit free",
+	reasonTimedOut: "no permit free within MaxWait",
+	reasonRoomFull: "no permit free and the waiting room full",
+	reasonEvicted:  "evicted from the waiting room by a newer waiter",
+	reasonTooMany:  "more permits asked for than MaxConcurrent",
+}
+
+var whyCodes = [...]string{
+	reasonNoWait:   CodeNoPermit,
+	reasonTimedOut: CodeMaxWait,
+	reasonRoomFull: CodeWaitingRoomFull,
+	reasonEvicted:  CodeEvicted,
+	reasonTooMany:  CodeTooManyPermits,
+}
 
 // fullEvent sends an EventBulkheadFull to the listener, if any, and returns
 // err. No lock is held.
-func (b *Bulkhead) fullEvent(err error, reason string) error {
+func (b *Bulkhead) fullEvent(err error, reason why) error {
 	if b.listener != nil {
 		b.emitFull(err, reason)
 	}
@@ -354,9 +374,9 @@ func (b *Bulkhead) fullEvent(err error, reason string) error {
 // without a listener stay as small as they were.
 //
 //go:noinline
-func (b *Bulkhead) emitFull(err error, reason string) {
+func (b *Bulkhead) emitFull(err error, reason why) {
 	watertight.Emit(b.listener, watertight.Event{
-		Kind: watertight.EventBulkheadFull, Source: source, Name: b.evName, Key: b.evKey, Reason: reason, Err: err,
+		Kind: watertight.EventBulkheadFull, Source: source, Name: b.evName, Key: b.evKey, Reason: whyWords[reason], Err: err, Code: whyCodes[reason],
 	})
 }
 
@@ -365,7 +385,7 @@ func (b *Bulkhead) emitFull(err error, reason string) {
 func (b *Bulkhead) emitRejected(err error) error {
 	if b.listener != nil {
 		watertight.Emit(b.listener, watertight.Event{
-			Kind: watertight.EventRejected, Source: source, Name: b.evName, Key: b.evKey, Reason: reasonTooMany, Err: err,
+			Kind: watertight.EventRejected, Source: source, Name: b.evName, Key: b.evKey, Reason: whyWords[reasonTooMany], Err: err, Code: CodeTooManyPermits,
 		})
 	}
 	return err

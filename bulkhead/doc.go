@@ -65,4 +65,12 @@
 // be drawn from them alone. A Registry's events carry the key as Key. Events are sent with no lock held,
 // so a listener may call back in; without a listener none is built, and the
 // paths cost what they did.
+//
+// Each refusal and drop carries a Code, a stable reason for metric labels
+// and alerts: EventBulkheadFull CodeNoPermit "no_permit", CodeMaxWait
+// "max_wait", CodeWaitingRoomFull "waiting_room_full", CodeEvicted "evicted"
+// or CodeQueueFull "queue_full"; EventRejected CodeTooManyPermits
+// "too_many_permits", CodeClosed "closed" or CodeTooManyKeys "too_many_keys";
+// EventDropped CodeQueueTimeout "queue_timeout", CodeContextDone
+// "context_done" or CodeShutdown "shutdown".
 package bulkhead

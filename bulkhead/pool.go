@@ -220,7 +220,7 @@ func (p *Pool) submit(j *job) (queued bool, err error) {
 	if p.closed {
 		p.rejected++
 		p.mu.Unlock()
-		p.event(watertight.EventRejected, p.errClosed, "the pool is shut down")
+		p.event(watertight.EventRejected, p.errClosed, "the pool is shut down", CodeClosed)
 		return false, p.errClosed
 	}
 	if n := len(p.idle); n > 0 {
@@ -238,7 +238,7 @@ func (p *Pool) submit(j *job) (queued bool, err error) {
 		p.rejected++
 		p.mu.Unlock()
 		p.dropAll(stale)
-		p.event(watertight.EventBulkheadFull, p.errQueueFull, "every worker busy and the queue full")
+		p.event(watertight.EventBulkheadFull, p.errQueueFull, "every worker busy and the queue full", CodeQueueFull)
 		return false, p.errQueueFull
 	}
 	j.enq = now
@@ -304,17 +304,29 @@ func (p *Pool) reportDrop(j *job, err error) {
 	if p.onDrop != nil {
 		p.onDrop(err)
 	}
-	p.event(watertight.EventDropped, err, reasonDropped)
+	p.event(watertight.EventDropped, err, reasonDropped, p.dropCode(err))
 }
 
 // reasonDropped is the Reason of the pool's EventDropped events.
 const reasonDropped = "an accepted task was dropped from the queue without running"
 
 // event sends an event to the listener, if any. No lock is held.
-func (p *Pool) event(kind watertight.EventKind, err error, reason string) {
+func (p *Pool) event(kind watertight.EventKind, err error, reason, code string) {
 	if p.listener != nil {
-		watertight.Emit(p.listener, watertight.Event{Kind: kind, Source: source, Name: p.name, Reason: reason, Err: err})
+		watertight.Emit(p.listener, watertight.Event{Kind: kind, Source: source, Name: p.name, Reason: reason, Err: err, Code: code})
 	}
+}
+
+// dropCode is the code of a task dropped with err: the pool's own errors,
+// else the task's context ended (gaveUp).
+func (p *Pool) dropCode(err error) string {
+	switch err {
+	case p.errQueueTimeout:
+		return CodeQueueTimeout
+	case p.errClosed:
+		return CodeShutdown
+	}
+	return CodeContextDone
 }
 
 func (p *Pool) pushLocked(j *job) {
@@ -556,7 +568,7 @@ func (p *Pool) cancel(j *job, err error) bool {
 	if p.onDrop != nil {
 		p.onDrop(err)
 	}
-	p.event(watertight.EventDropped, err, reasonDropped)
+	p.event(watertight.EventDropped, err, reasonDropped, p.dropCode(err))
 	return true
 }
 

@@ -128,7 +128,7 @@ func (r *Registry) Get(key string) (*Bulkhead, error) {
 	if err != nil {
 		if r.listener != nil {
 			watertight.Emit(r.listener, watertight.Event{
-				Kind: watertight.EventRejected, Source: source, Name: r.name, Key: key, Err: err,
+				Kind: watertight.EventRejected, Source: source, Name: r.name, Key: key, Err: err, Code: CodeTooManyKeys,
 			})
 		}
 		return nil, err

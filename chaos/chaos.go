@@ -289,7 +289,7 @@ func (i *Injector) decide(key string, results bool) (f Fault) {
 	if r.LatencyRate > 0 && i.rand() < r.LatencyRate {
 		f.Latency = r.Latency
 		i.latencies.Add(1)
-		i.emit(key, "latency", r.Latency, nil)
+		i.emit(key, CodeLatency, r.Latency, nil)
 	}
 	if r.ErrorRate == 0 && r.ResultRate == 0 {
 		return f
@@ -305,24 +305,26 @@ func (i *Injector) decide(key string, results bool) (f Fault) {
 			f.Status = DefaultStatus
 		}
 		i.errors.Add(1)
-		i.emit(key, "error", 0, f.Err)
+		i.emit(key, CodeError, 0, f.Err)
 	case u < r.ErrorRate+r.ResultRate && results:
 		f.Replace, f.Result = true, r.Result
 		i.results.Add(1)
-		i.emit(key, "result", 0, nil)
+		i.emit(key, CodeResult, 0, nil)
 	}
 	return f
 }
 
-func (i *Injector) emit(key, reason string, d time.Duration, err error) {
+// emit sends an EventFaultInjected whose Reason and Code are code.
+func (i *Injector) emit(key, code string, d time.Duration, err error) {
 	watertight.Emit(i.listener, watertight.Event{
 		Kind:   watertight.EventFaultInjected,
 		Source: "chaos",
 		Name:   i.name,
 		Key:    key,
-		Reason: reason,
+		Reason: code,
 		Delay:  d,
 		Err:    err,
+		Code:   code,
 	})
 }
 

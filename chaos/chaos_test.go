@@ -323,7 +323,7 @@ func TestEvents(t *testing.T) {
 	for i, w := range want {
 		e := ev[i]
 		if e.Kind != watertight.EventFaultInjected || e.Source != "chaos" || e.Name != "gameday" ||
-			e.Key != w.key || e.Reason != w.reason || e.Delay != w.delay || e.Err != w.err || e.Time.IsZero() {
+			e.Key != w.key || e.Reason != w.reason || e.Code != w.reason || e.Delay != w.delay || e.Err != w.err || e.Time.IsZero() {
 			t.Errorf("event %d = %+v, want %+v", i, e, w)
 		}
 	}

@@ -24,8 +24,9 @@
 // exists — use that knowingly). Rules change at run time with SetRule and
 // DeleteRule. When off, each integration costs one atomic load per call.
 // Every injected fault is counted (Snapshot), reported as a
-// watertight.EventFaultInjected (Source "chaos", Key the key, Reason "error",
-// "latency" or "result"), and marked on HTTP responses with HeaderInjected.
+// watertight.EventFaultInjected (Source "chaos", Key the key, Code and
+// Reason CodeError "error", CodeLatency "latency" or CodeResult "result"),
+// and marked on HTTP responses with HeaderInjected.
 //
 // Decisions draw from Config.Rand; SeededRand makes them repeat in tests.
 package chaos

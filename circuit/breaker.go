@@ -87,6 +87,11 @@ type StateChange struct {
 	Rule Rule
 	// OpenFor is how long the breaker will stay open, when To is Open.
 	OpenFor time.Duration
+	// Code says why in a stable form for metric labels and alerts: the
+	// rule that tripped the breaker (CodeFailureRate, ...), CodeTimer,
+	// CodeTrialsSucceeded, CodeTrialsFailed, CodeTrialsTimedOut or
+	// CodeManual. The listener's EventStateChange carries it as Code.
+	Code string
 }
 
 // Breaker is a circuit breaker for one dependency. Build it with New; it is
@@ -250,7 +255,7 @@ func (b *Breaker) reject(err error) error {
 //go:noinline
 func (b *Breaker) emitReject(l watertight.Listener, err error) {
 	watertight.Emit(l, watertight.Event{
-		Kind: watertight.EventRejected, Source: source, Name: b.evName, Key: b.evKey, Err: err,
+		Kind: watertight.EventRejected, Source: source, Name: b.evName, Key: b.evKey, Err: err, Code: rejectCode(err),
 	})
 }
 
@@ -461,7 +466,7 @@ func (b *Breaker) setLocked(to State, rule Rule, reason string) changes {
 	}
 	cfg := b.cfg.Load()
 	b.since = b.now()
-	ev := StateChange{Name: b.name, From: stateOf(old), To: to, Reason: reason, Rule: rule}
+	ev := StateChange{Name: b.name, From: stateOf(old), To: to, Reason: reason, Rule: rule, Code: changeCode(rule, stateOf(old), to)}
 	// Leaving closed keeps the window's counts as the evidence a Snapshot
 	// shows; a half-open breaker keeps what opened it.
 	switch from := stateOf(old); {
@@ -569,6 +574,7 @@ func (b *Breaker) halfOpenExpired(w, seq uint64) {
 	switch {
 	case n == 0:
 		evs = b.reopenLocked(fmt.Sprintf("trials: no trial call ended within %v", cfg.MaxHalfOpenWait))
+		evs.ev[0].Code = CodeTrialsTimedOut
 	case cfg.HalfOpenSuccesses > 0:
 		// Enough successes would have closed it already.
 		evs = b.reopenLocked(fmt.Sprintf("trials: %d of the %d trial calls that ended within %v succeeded (< %d)", b.trialDone-b.trialBad, n, cfg.MaxHalfOpenWait, cfg.HalfOpenSuccesses))
@@ -597,7 +603,7 @@ func (b *Breaker) emit(evs changes) {
 		if cfg.Listener != nil {
 			watertight.Emit(cfg.Listener, watertight.Event{
 				Kind: watertight.EventStateChange, Source: source, Name: b.evName, Key: b.evKey,
-				From: ev.From.String(), To: ev.To.String(), Reason: ev.Reason, Delay: ev.OpenFor,
+				From: ev.From.String(), To: ev.To.String(), Reason: ev.Reason, Delay: ev.OpenFor, Code: ev.Code,
 			})
 		}
 	}
@@ -607,6 +613,7 @@ func (b *Breaker) emit(evs changes) {
 func (b *Breaker) set(to State, reason string) {
 	b.mu.Lock()
 	evs := b.setLocked(to, RuleNone, reason)
+	evs.ev[0].Code = CodeManual // ForceHalfOpen from open is not the timer
 	b.mu.Unlock()
 	b.emit(evs)
 }

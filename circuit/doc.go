@@ -76,4 +76,13 @@
 // All are called after the breaker's lock is released, in the goroutine that
 // caused the event, so a listener may call back into the breaker. Without a
 // listener no event is built: the fast paths cost what they did.
+//
+// Each event carries a Code, a stable reason for metric labels and alerts:
+// a state change the rule that tripped the breaker (CodeFailureRate
+// "failure_rate", CodeSlowCallRate "slow_call_rate", CodeConsecutiveFailures
+// "consecutive_failures", CodeFailureCount "failure_count", CodeTripWhen
+// "trip_when"), or why it moved on (CodeTimer "timer", CodeTrialsSucceeded
+// "trials_succeeded", CodeTrialsFailed "trials_failed", CodeTrialsTimedOut
+// "trials_timed_out", CodeManual "manual"); a rejection CodeOpen "open",
+// CodeHalfOpenFull "half_open_full" or CodeTooManyKeys "too_many_keys".
 package circuit

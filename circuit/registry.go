@@ -133,7 +133,7 @@ func (r *Registry) Get(key string) (*Breaker, error) {
 	}
 	if err != nil && r.cfg.Listener != nil {
 		watertight.Emit(r.cfg.Listener, watertight.Event{
-			Kind: watertight.EventRejected, Source: source, Name: r.cfg.Name, Key: key, Err: err,
+			Kind: watertight.EventRejected, Source: source, Name: r.cfg.Name, Key: key, Err: err, Code: CodeTooManyKeys,
 		})
 	}
 	return b, err

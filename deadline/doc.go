@@ -49,7 +49,8 @@
 // reason about one header are at most one each Config.WarnInterval (10s),
 // the next saying how many were left out, and every warning is counted
 // (Propagator.Warned, for metrics) and sent to Config.Listener as a
-// watertight.EventBadInput (Key the header, Reason "malformed" or "absurd"),
+// watertight.EventBadInput (Key the header, Code and Reason CodeMalformed
+// "malformed" or CodeAbsurd "absurd"),
 // which the metrics exporters count as watertight_bad_input_total. A
 // well-formed value larger than Config.Max is clamped to Max: a caller cannot
 // make a server wait longer than it is willing to. Parsing never panics (the

@@ -30,9 +30,9 @@ const (
 func (r Reason) String() string {
 	switch r {
 	case Malformed:
-		return "malformed"
+		return CodeMalformed
 	case Absurd:
-		return "absurd"
+		return CodeAbsurd
 	}
 	return "unknown"
 }
@@ -77,7 +77,7 @@ func (p *Propagator) warn(s *source, r Reason, v, want string) {
 	w.count.Add(1)
 	if l := p.cfg.Listener; l != nil {
 		watertight.Emit(l, watertight.Event{
-			Kind: watertight.EventBadInput, Source: eventSource, Name: p.cfg.Name, Key: s.header, Reason: r.String(),
+			Kind: watertight.EventBadInput, Source: eventSource, Name: p.cfg.Name, Key: s.header, Reason: r.String(), Code: r.String(),
 		})
 	}
 	if every := p.cfg.WarnInterval; every > 0 {

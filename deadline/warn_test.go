@@ -16,7 +16,8 @@ import (
 )
 
 // badInputs is a Listener that counts the EventBadInput events it gets by
-// header and reason, and keeps the last one; other kinds are counted apart.
+// header and code, and keeps the last one; other kinds, and events whose
+// Code is not their Reason, are counted apart.
 type badInputs struct {
 	mu    sync.Mutex
 	n     map[[2]string]int
@@ -27,14 +28,14 @@ type badInputs struct {
 func (b *badInputs) OnEvent(e watertight.Event) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e.Kind != watertight.EventBadInput {
-		b.other++
+	if e.Kind != watertight.EventBadInput || e.Code != e.Reason {
+		b.other++ // another kind, or a code that is not the reason's label
 		return
 	}
 	if b.n == nil {
 		b.n = map[[2]string]int{}
 	}
-	b.n[[2]string{e.Key, e.Reason}]++
+	b.n[[2]string{e.Key, e.Code}]++
 	b.last = e
 }
 

@@ -357,16 +357,16 @@ func (c *Chain[T]) fallback(ctx context.Context, key string, pv T, primary error
 			}
 			r.Value = s.value
 		case KindError:
-			c.emit(key, s.name, primary)
+			c.emit(key, s.name, kindCodes[s.kind], primary)
 			return r, &fastError{err: s.err, cause: primary}
 		}
-		c.emit(key, s.name, primary)
+		c.emit(key, s.name, kindCodes[s.kind], primary)
 		return r, nil
 	}
 	return Result[T]{Value: pv}, primary
 }
 
-func (c *Chain[T]) emit(key, step string, primary error) {
+func (c *Chain[T]) emit(key, step, code string, primary error) {
 	watertight.Emit(c.listener, watertight.Event{
 		Kind:   watertight.EventFallbackUsed,
 		Source: "fallback",
@@ -374,6 +374,7 @@ func (c *Chain[T]) emit(key, step string, primary error) {
 		Key:    key,
 		Reason: step,
 		Err:    primary,
+		Code:   code,
 	})
 }
 

@@ -26,7 +26,9 @@
 // the caller's own (see DefaultHandles). DoResult says who answered, so the
 // caller can show "prices as of 3 minutes ago". Each answer by a step emits
 // watertight.EventFallbackUsed (Source "fallback", Reason the step's name,
-// Err the primary's error).
+// Err the primary's error, and Code the step's kind: CodeStale "stale",
+// CodeDefault "default", CodeReduced "reduced", CodeDefer "defer" or
+// CodeError "error", stable for metric labels and alerts).
 //
 // On the success path a Chain calls the function and returns: no
 // allocation, no clock read, except that a chain with a Stale step records

@@ -118,8 +118,9 @@
 //
 // Events (Config.Listener): EventHedgeSent (Attempt 2 for the first hedge,
 // Delay since the call started), EventHedgeWon (the winning attempt), and
-// EventHedgeSuppressed (Reason "budget", "breaker", "bulkhead" or
-// "overload", Err the matching sentinel). [Policy.Snapshot] counts the calls,
+// EventHedgeSuppressed (Code and Reason CodeBudget "budget", CodeBreaker
+// "breaker", CodeBulkhead "bulkhead" or CodeOverload "overload", Err the
+// matching sentinel). [Policy.Snapshot] counts the calls,
 // the hedges sent (the extra requests: Snapshot.ExtraPercent), won and
 // suppressed by reason, and gives the current delay.
 //

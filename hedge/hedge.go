@@ -357,6 +357,7 @@ func (p *Policy) emit(kind watertight.EventKind, n int, d time.Duration, r reaso
 		Delay:   d,
 		Reason:  reasonNames[r],
 		Err:     reasonErrs[r],
+		Code:    reasonNames[r], // the Reason constants are the Code values
 	})
 }
 

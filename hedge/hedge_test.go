@@ -52,13 +52,19 @@ func (e *events) String() string {
 		if ev.Source != "hedge" {
 			parts = append(parts, "bad-source:"+ev.Source)
 		}
+		if ev.Code != "" && ev.Kind != watertight.EventHedgeSuppressed {
+			parts = append(parts, "unexpected-code:"+ev.Code)
+		}
 		switch ev.Kind {
 		case watertight.EventHedgeSent:
 			parts = append(parts, fmt.Sprintf("sent:%d@%v", ev.Attempt, ev.Delay))
 		case watertight.EventHedgeWon:
 			parts = append(parts, fmt.Sprintf("won:%d", ev.Attempt))
 		case watertight.EventHedgeSuppressed:
-			parts = append(parts, fmt.Sprintf("suppressed:%d(%s)", ev.Attempt, ev.Reason))
+			parts = append(parts, fmt.Sprintf("suppressed:%d(%s)", ev.Attempt, ev.Code))
+			if ev.Reason != ev.Code {
+				parts = append(parts, "reason-not-code:"+ev.Reason)
+			}
 		default:
 			parts = append(parts, ev.Kind.String())
 		}

@@ -17,4 +17,15 @@
 // the adapters share (Resolve, Save); the HTTP middleware lives in
 // watertighthttp, the gRPC interceptor in contrib/watertightgrpc and the
 // Redis store in the contrib/redisstore module.
+//
+// The adapters' events carry the codes defined here (watertight.Event.Code),
+// the same on both wires: rejections CodeKeyMissing "key_missing",
+// CodeInvalidKey "invalid_key", CodeRequestTooLarge "request_too_large",
+// CodeBodyUnreadable "body_unreadable", CodeInFlight "in_flight",
+// CodeMismatch "mismatch", CodeOutcomeUnknown "outcome_unknown",
+// CodeForgotten "forgotten", CodeStoreUnavailable "store_unavailable"; the
+// fallback CodeFailOpen "fail_open"; the state changes of a claim whose
+// result was not stored CodeNotStored "not_stored", CodeStoreFailed
+// "store_failed", CodeLockLost "lock_lost" (Saved.Code), and CodeReleased
+// "released".
 package idempotency

@@ -51,6 +51,9 @@
 // # Events
 //
 // With a Config.Listener, every change of the limit is an
-// EventLimitChanged, and the inner bulkhead's events (rejections, and per
+// EventLimitChanged, whose Code names the algorithm (CodeAIMD "aimd",
+// CodeVegas "vegas", CodeGradient2 "gradient2", CodeWatertight "watertight",
+// CodeCustom "custom" for an Algorithm of your own), and the inner
+// bulkhead's events (rejections, and per
 // call EventAcquired and EventReleased) come with Source "bulkhead".
 package limit

@@ -76,7 +76,9 @@ type Config struct {
 	// on where goroutine stacks lie), so a seeded simulation repeats.
 	Clock func() time.Duration
 	// Listener, if not nil, receives an EventLimitChanged whenever a window
-	// changes the limit (Reason the algorithm, Delay the window's mean
+	// changes the limit (Reason the algorithm's Name, Code its code:
+	// CodeAIMD, CodeVegas, CodeGradient2, CodeWatertight or CodeCustom;
+	// Delay the window's mean
 	// latency, Permits the new limit), and the inner bulkhead's events
 	// (Source "bulkhead", Name this Name): rejections at the limit as
 	// EventBulkheadFull, and, per call, EventAcquired and EventReleased.
@@ -474,7 +476,7 @@ func (l *Limiter) judge(w *window) {
 	if lis := l.cfg.Listener; changed && lis != nil {
 		watertight.Emit(lis, watertight.Event{
 			Kind: watertight.EventLimitChanged, Source: source, Name: l.name,
-			Reason: alg.Name(), Delay: out.MeanLatency, Permits: n,
+			Reason: alg.Name(), Delay: out.MeanLatency, Permits: n, Code: algCode(alg),
 		})
 	}
 }

@@ -62,4 +62,10 @@
 // in the caller's goroutine. Config.OnEvent receives the same decisions as
 // this package's typed Event, whose Reason is an error to compare with
 // errors.Is. Without either, nothing is built.
+//
+// Both carry a Code, a stable reason for metric labels and alerts: a skipped
+// retry CodeNotIdempotent "not_idempotent", CodeNoTime "no_time",
+// CodeNoBudget "no_budget", CodeNoConcurrency "no_concurrency" or
+// CodeRetryAfterTooLong "retry_after_too_long"; an exhausted one
+// CodeMaxAttempts "max_attempts".
 package retry

@@ -127,6 +127,10 @@ type Event struct {
 	Err error
 	// Reason says why a retry was skipped (Skipped only).
 	Reason error
+	// Code is Reason's stable code (CodeNotIdempotent, ...) for Skipped,
+	// CodeMaxAttempts for Exhausted, empty for Scheduled: what an adapter
+	// that turns these events into watertight.Events puts in their Code.
+	Code string
 }
 
 // Policy is a retry policy: a watertight.Repeater to place in a Pipeline,
@@ -287,7 +291,7 @@ func (p *Policy) retryable(err error) bool {
 
 func (p *Policy) emitStop(reason uint64, n int, err error) {
 	if p.cfg.OnEvent != nil {
-		ev := Event{Name: p.cfg.Name, Kind: Skipped, Attempt: n, Err: err, Reason: reasonErr(reason)}
+		ev := Event{Name: p.cfg.Name, Kind: Skipped, Attempt: n, Err: err, Reason: reasonErr(reason), Code: stopCode(reason)}
 		if reason == stopRetryAfter {
 			ev.Delay, _ = RetryAfter(err)
 		}
@@ -297,7 +301,7 @@ func (p *Policy) emitStop(reason uint64, n int, err error) {
 		p.cfg.OnEvent(ev)
 	}
 	if p.cfg.Listener != nil {
-		e := watertight.Event{Kind: watertight.EventRetrySkipped, Source: source, Name: p.cfg.Name, Attempt: n, Err: err, Reason: reasonWords(reason)}
+		e := watertight.Event{Kind: watertight.EventRetrySkipped, Source: source, Name: p.cfg.Name, Attempt: n, Err: err, Reason: reasonWords(reason), Code: stopCode(reason)}
 		if reason == stopRetryAfter {
 			e.Delay, _ = RetryAfter(err)
 		}

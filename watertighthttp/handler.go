@@ -468,6 +468,7 @@ func (h *handler) badCriticality(err error) {
 	if h.listener != nil {
 		watertight.Emit(h.listener, watertight.Event{
 			Kind: watertight.EventBadInput, Source: eventSource, Name: h.name, Key: HeaderCriticality, Reason: ReasonUnknownCriticality,
+			Code: CodeUnknownCriticality,
 		})
 	}
 }
@@ -528,6 +529,7 @@ func (h *handler) shedStatus(w http.ResponseWriter, r *http.Request, status int,
 		}
 		watertight.Emit(h.listener, watertight.Event{
 			Kind: watertight.EventShed, Source: eventSource, Name: h.name, Key: route, Reason: msg, Err: reason,
+			Code: shedCode(reason),
 		})
 	}
 }

@@ -397,7 +397,7 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	vals := r.Header.Values(HeaderIdempotencyKey)
 	if len(vals) == 0 {
 		if h.required != nil && h.required(r) {
-			h.problem(w, r, http.StatusBadRequest, "Idempotency-Key is missing",
+			h.problem(w, r, http.StatusBadRequest, idempotency.CodeKeyMissing, "Idempotency-Key is missing",
 				"This operation requires an Idempotency-Key header. Make one random key per operation (a UUID), "+
 					`send it as a quoted string, for example Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324", `+
 					"and send the same key on every retry of that operation.",
@@ -408,14 +408,14 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(vals) > 1 {
-		h.problem(w, r, http.StatusBadRequest, "Idempotency-Key is invalid",
+		h.problem(w, r, http.StatusBadRequest, idempotency.CodeInvalidKey, "Idempotency-Key is invalid",
 			fmt.Sprintf("The request carries %d Idempotency-Key header fields; send exactly one.", len(vals)),
 			idempotency.ErrInvalidKey, false)
 		return
 	}
 	key, err := idempotency.ParseKeyMax(vals[0], h.maxKey)
 	if err != nil {
-		h.problem(w, r, http.StatusBadRequest, "Idempotency-Key is invalid",
+		h.problem(w, r, http.StatusBadRequest, idempotency.CodeInvalidKey, "Idempotency-Key is invalid",
 			strings.TrimPrefix(err.Error(), "idempotency: ")+".",
 			fmt.Errorf("%w: %w", idempotency.ErrInvalidKey, err), false)
 		return
@@ -423,11 +423,11 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := h.readBody(r)
 	if err != nil {
 		if errors.Is(err, idempotency.ErrRequestTooLarge) {
-			h.problem(w, r, http.StatusRequestEntityTooLarge, "Request body too large",
+			h.problem(w, r, http.StatusRequestEntityTooLarge, idempotency.CodeRequestTooLarge, "Request body too large",
 				fmt.Sprintf("A request with an Idempotency-Key may have a body of at most %d bytes.", h.maxReq), err, false)
 			return
 		}
-		h.problem(w, r, http.StatusBadRequest, "Request body could not be read",
+		h.problem(w, r, http.StatusBadRequest, idempotency.CodeBodyUnreadable, "Request body could not be read",
 			"The request body could not be read; nothing was done.", err, false)
 		return
 	}
@@ -461,13 +461,13 @@ func (h *idemHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if h.wait {
 			detail = "A request with the same Idempotency-Key is still being processed; this request waited for its result and gave up. Retry later with the same key to get it."
 		}
-		h.problem(w, r, http.StatusConflict, "A request is outstanding for this Idempotency-Key", detail, idempotency.ErrInFlight, true)
+		h.problem(w, r, http.StatusConflict, idempotency.CodeInFlight, "A request is outstanding for this Idempotency-Key", detail, idempotency.ErrInFlight, true)
 	case idempotency.AnswerUnknown:
 		w.Header().Set(idempotency.HeaderOutcome, idempotency.OutcomeUnknown)
-		h.problem(w, r, http.StatusInternalServerError, "Outcome unknown for this Idempotency-Key", unknownDetail, idempotency.ErrOutcomeUnknown, false)
+		h.problem(w, r, http.StatusInternalServerError, idempotency.CodeOutcomeUnknown, "Outcome unknown for this Idempotency-Key", unknownDetail, idempotency.ErrOutcomeUnknown, false)
 	case idempotency.AnswerForgotten:
 		w.Header().Set(idempotency.HeaderOutcome, idempotency.OutcomeForgotten)
-		h.problem(w, r, http.StatusGone, "Idempotency-Key too old to be replayed",
+		h.problem(w, r, http.StatusGone, idempotency.CodeForgotten, "Idempotency-Key too old to be replayed",
 			"This Idempotency-Key is too old to be replayed: its request was processed, but its stored response was dropped early to make room; "+
 				"this request was not processed: nothing was done. Check the resource (for example, GET it) for the outcome; "+
 				"use a new key only for a new operation.",
@@ -489,7 +489,7 @@ const unknownDetail = "A request with this Idempotency-Key may have been applied
 	"the same key gets this answer again."
 
 func (h *idemHandler) mismatch(w http.ResponseWriter, r *http.Request) {
-	h.problem(w, r, http.StatusUnprocessableEntity, "Idempotency-Key is already used",
+	h.problem(w, r, http.StatusUnprocessableEntity, idempotency.CodeMismatch, "Idempotency-Key is already used",
 		"This Idempotency-Key was used for a different request (another method, path or body); nothing was done. "+
 			"Use a new key for a new operation, and the same request for the same key.",
 		idempotency.ErrMismatch, false)
@@ -543,11 +543,12 @@ func (h *idemHandler) storeFailed(w http.ResponseWriter, r *http.Request, err er
 		h.logger.Warn("watertighthttp: idempotency store failed; running the request without deduplication (FailOpen)",
 			"name", h.name, "route", defaultRoute(r), "error", err)
 		watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventFallbackUsed, Source: "idempotency", Name: h.name, Key: defaultRoute(r),
-			Reason: "fail open: the store failed, the request ran without deduplication", Err: fmt.Errorf("%w: %w", idempotency.ErrStoreUnavailable, err)})
+			Reason: "fail open: the store failed, the request ran without deduplication", Err: fmt.Errorf("%w: %w", idempotency.ErrStoreUnavailable, err),
+			Code: idempotency.CodeFailOpen})
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	h.problem(w, r, http.StatusServiceUnavailable, "Idempotency store unavailable",
+	h.problem(w, r, http.StatusServiceUnavailable, idempotency.CodeStoreUnavailable, "Idempotency store unavailable",
 		"The server could not check the Idempotency-Key, so the request was not processed: nothing was done. "+
 			"It is safe to retry the request with the same Idempotency-Key.",
 		fmt.Errorf("%w: %w", idempotency.ErrStoreUnavailable, err), true)
@@ -671,7 +672,7 @@ func (h *idemHandler) save(r *http.Request, key, skey, fp, tok string, stored *i
 			append(attrs, "lock_ttl", h.lockTTL)...)
 	}
 	watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventStateChange, Source: "idempotency", Name: h.name, Key: defaultRoute(r),
-		From: "claimed", To: to, Reason: reason + why, Err: err})
+		From: "claimed", To: to, Reason: reason + why, Err: err, Code: saved.Code()})
 }
 
 // releaseClaim releases the claim tok, and logs and emits why: only when
@@ -694,11 +695,11 @@ func (h *idemHandler) releaseClaim(r *http.Request, skey, tok, why string, cause
 		cause = err
 	}
 	watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventStateChange, Source: "idempotency", Name: h.name, Key: defaultRoute(r),
-		From: "claimed", To: "released", Reason: why, Err: cause})
+		From: "claimed", To: "released", Reason: why, Err: cause, Code: idempotency.CodeReleased})
 }
 
 // problem writes an RFC 9457 problem and emits the rejection.
-func (h *idemHandler) problem(w http.ResponseWriter, r *http.Request, status int, title, detail string, err error, retryAfter bool) {
+func (h *idemHandler) problem(w http.ResponseWriter, r *http.Request, status int, code, title, detail string, err error, retryAfter bool) {
 	hd := w.Header()
 	hd.Set("Content-Type", "application/problem+json")
 	hd.Set("Cache-Control", "no-store")
@@ -718,7 +719,7 @@ func (h *idemHandler) problem(w http.ResponseWriter, r *http.Request, status int
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 	watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventRejected, Source: "idempotency", Name: h.name, Key: defaultRoute(r),
-		Reason: title, Err: err})
+		Reason: title, Err: err, Code: code})
 }
 
 // writeRecord sends a stored response.

@@ -604,12 +604,12 @@ func (t *Transport) result(ctx context.Context, req *http.Request, p *pipes, pip
 	if pipe == p.single && t.retries && ctx.Err() == nil && t.wouldRetry(err) {
 		skipped := &retry.SkippedError{Attempts: a.n, Reason: ErrBodyNotReplayable, Err: err}
 		if t.onEvent != nil {
-			t.onEvent(retry.Event{Name: t.rc.Name, Kind: retry.Skipped, Attempt: a.n, Err: err, Reason: ErrBodyNotReplayable})
+			t.onEvent(retry.Event{Name: t.rc.Name, Kind: retry.Skipped, Attempt: a.n, Err: err, Reason: ErrBodyNotReplayable, Code: CodeBodyNotReplayable})
 		}
 		if t.listener != nil {
 			watertight.Emit(t.listener, watertight.Event{
 				Kind: watertight.EventRetrySkipped, Source: eventSource, Name: t.name, Key: p.key,
-				Attempt: a.n, Reason: "request body cannot be replayed", Err: err,
+				Attempt: a.n, Reason: "request body cannot be replayed", Err: err, Code: CodeBodyNotReplayable,
 			})
 		}
 		err = skipped

@@ -38,6 +38,7 @@
 //	watertight.from      state before (state changes)            if not empty
 //	watertight.to        state after (state changes)             if not empty
 //	watertight.reason    why, in words                           if not empty
+//	watertight.code      why, as a stable code (Event.Code)      if not empty
 //	watertight.attempt   attempt number (int)                    if above zero
 //	watertight.delay     wait or open duration (time.Duration)   if above zero
 //	watertight.permits   bulkhead permits taken or given back    if above zero

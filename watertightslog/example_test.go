@@ -31,6 +31,6 @@ func Example() {
 	}
 	b.Reset()
 	// Output:
-	// level=WARN msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=payments watertight.from=closed watertight.to=open watertight.reason="failure rate 100% >= 50% over 2 calls" watertight.delay=30s
-	// level=INFO msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=payments watertight.from=open watertight.to=closed watertight.reason=reset
+	// level=WARN msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=payments watertight.from=closed watertight.to=open watertight.reason="failure rate 100% >= 50% over 2 calls" watertight.code=failure_rate watertight.delay=30s
+	// level=INFO msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=payments watertight.from=open watertight.to=closed watertight.reason=reset watertight.code=manual
 }

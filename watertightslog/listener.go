@@ -22,6 +22,7 @@ const (
 	KeyFrom    = "from"
 	KeyTo      = "to"
 	KeyReason  = "reason"
+	KeyCode    = "code"
 	KeyAttempt = "attempt"
 	KeyDelay   = "delay"
 	KeyPermits = "permits"
@@ -141,6 +142,9 @@ func (l *Listener) OnEvent(e watertight.Event) {
 	}
 	if e.Reason != "" {
 		r.AddAttrs(slog.String(KeyReason, e.Reason))
+	}
+	if e.Code != "" {
+		r.AddAttrs(slog.String(KeyCode, e.Code))
 	}
 	if e.Attempt > 0 {
 		r.AddAttrs(slog.Int(KeyAttempt, e.Attempt))

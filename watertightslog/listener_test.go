@@ -84,11 +84,11 @@ func TestAttributes(t *testing.T) {
 	var buf bytes.Buffer
 	l := watertightslog.NewListener(textLogger(&buf, slog.LevelDebug), watertightslog.Options{})
 	l.OnEvent(watertight.Event{Kind: watertight.EventStateChange, Source: "circuit", Name: "upstreams", Key: "api.example.com",
-		From: "closed", To: "open", Reason: "failure rate 60% >= 50% over 20 calls", Delay: 30 * time.Second, Time: time.Now()})
+		From: "closed", To: "open", Reason: "failure rate 60% >= 50% over 20 calls", Code: circuit.CodeFailureRate, Delay: 30 * time.Second, Time: time.Now()})
 	l.OnEvent(watertight.Event{Kind: watertight.EventRetryScheduled, Source: "retry", Name: "inventory", Attempt: 2,
 		Delay: 150 * time.Millisecond, Err: errors.New("connection reset"), Time: time.Now()})
 	l.OnEvent(watertight.Event{Kind: watertight.EventRejected, Source: "circuit", Err: circuit.ErrOpen}) // no Time, no Name
-	want := `level=WARN msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=upstreams watertight.key=api.example.com watertight.from=closed watertight.to=open watertight.reason="failure rate 60% >= 50% over 20 calls" watertight.delay=30s
+	want := `level=WARN msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=upstreams watertight.key=api.example.com watertight.from=closed watertight.to=open watertight.reason="failure rate 60% >= 50% over 20 calls" watertight.code=failure_rate watertight.delay=30s
 level=DEBUG msg="watertight: retry scheduled" watertight.event=retry_scheduled watertight.source=retry watertight.name=inventory watertight.attempt=2 watertight.delay=150ms watertight.error="connection reset"
 level=DEBUG msg="watertight: call rejected" watertight.event=rejected watertight.source=circuit watertight.error="circuit: open"
 `
@@ -176,10 +176,10 @@ func TestWithPackages(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		b.Reset()
-		want := `level=INFO msg="watertight: bulkhead full" watertight.event=bulkhead_full watertight.source=bulkhead watertight.name=db watertight.reason="no permit free" watertight.error="bulkhead: db: full"
-level=WARN msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=db watertight.from=closed watertight.to=open watertight.reason="failure rate 100% >= 50% over 1 calls" watertight.delay=1s
-level=INFO msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=db watertight.from=open watertight.to=half-open watertight.reason="open for 1s"
-level=INFO msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=db watertight.from=half-open watertight.to=closed watertight.reason=reset
+		want := `level=INFO msg="watertight: bulkhead full" watertight.event=bulkhead_full watertight.source=bulkhead watertight.name=db watertight.reason="no permit free" watertight.code=no_permit watertight.error="bulkhead: db: full"
+level=WARN msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=db watertight.from=closed watertight.to=open watertight.reason="failure rate 100% >= 50% over 1 calls" watertight.code=failure_rate watertight.delay=1s
+level=INFO msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=db watertight.from=open watertight.to=half-open watertight.reason="open for 1s" watertight.code=timer
+level=INFO msg="watertight: state change" watertight.event=state_change watertight.source=circuit watertight.name=db watertight.from=half-open watertight.to=closed watertight.reason=reset watertight.code=manual
 `
 		if got := buf.String(); got != want {
 			t.Fatalf("logged:\n%s\nwant:\n%s", got, want)

@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,7 +18,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/bulkhead"
+	"github.com/watertight-go/watertight/circuit"
+	"github.com/watertight-go/watertight/dashboard"
 	"github.com/watertight-go/watertight/lab"
+	"github.com/watertight-go/watertight/watch"
 )
 
 // Exit codes.
@@ -140,6 +147,10 @@ Flags:
                     run: the storefront's breakers, bulkheads, events and call
                     latencies, through contrib/watertightprom (watertight_…) and
                     contrib/watertightotel (otel_watertight_…)
+  --dashboard ADDR  serve the live dashboard on ADDR (e.g. 127.0.0.1:8080)
+                    while the scenarios run, and after they end until ^C:
+                    watch the storefront's recommendation breaker open while
+                    the catalog stays green
 
 Exit status: 0 when every check passes, 1 when a check or a scenario failed,
 2 for a usage error. Progress goes to stderr.
@@ -224,6 +235,7 @@ type labFlags struct {
 	json    bool
 	out     string
 	metrics string // address to serve /metrics on, or ""
+	dash    string // address to serve the dashboard on, or ""
 	cmdline string
 }
 
@@ -246,6 +258,7 @@ func parseLab(args []string) (labFlags, error) {
 	fs.StringVar(&f.opts.Slow, "slow", "", "")
 	fs.Var(stallFlag{&f.opts.Stall}, "stall", "")
 	fs.StringVar(&f.metrics, "metrics", "", "")
+	fs.StringVar(&f.dash, "dashboard", "", "")
 
 	rest := args
 	for {
@@ -273,6 +286,11 @@ func parseLab(args []string) (labFlags, error) {
 	}
 	if f.out == "" {
 		return f, errors.New("invalid value \"\" for flag --out: want a folder")
+	}
+	if f.dash != "" {
+		if _, _, err := net.SplitHostPort(f.dash); err != nil {
+			return f, fmt.Errorf("invalid value %q for flag --dashboard: want host:port, e.g. 127.0.0.1:8080", f.dash)
+		}
 	}
 	f.cmdline = strings.TrimSpace("watertight lab " + strings.Join(args, " "))
 	return f, nil
@@ -320,6 +338,19 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "lab: serving metrics at %s while the scenarios run\n", m.url)
 		f.opts.Metrics = m
 		f.opts.CallPolicies = m.callPolicies
+	}
+	if f.dash != "" {
+		d, err := startDashboard(f.dash, f.opts.Metrics, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "watertight lab: --dashboard %s: %v\n", f.dash, err)
+			return exitFailed
+		}
+		// After the report: the page stays up until ^C.
+		defer d.serveUntil(ctx, stderr)
+		if !slices.ContainsFunc(scenarios, func(s lab.Scenario) bool { return s.Name == "storefront" }) {
+			fmt.Fprintln(stderr, "lab: note: only the storefront scenario has protections to show on the dashboard")
+		}
+		f.opts.Metrics = d
 	}
 
 	code := exitOK
@@ -405,6 +436,93 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// labDashboard serves the live dashboard (package dashboard) of what the
+// scenarios build. It is a lab.Metrics: the storefront hands it its
+// breakers, bulkheads and events, which it passes on to the metrics
+// exporters too when --metrics is given.
+type labDashboard struct {
+	d    *dashboard.Dashboard
+	set  *watch.Set
+	next lab.Metrics // --metrics, or nil
+	srv  *http.Server
+	url  string
+	done chan struct{}
+}
+
+// startDashboard listens on addr and serves the dashboard at its root.
+func startDashboard(addr string, next lab.Metrics, stderr io.Writer) (*labDashboard, error) {
+	set := new(watch.Set)
+	d, err := dashboard.New(dashboard.Config{Sources: set, Title: "watertight lab"})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	l := &labDashboard{d: d, set: set, next: next, done: make(chan struct{}),
+		srv: &http.Server{Handler: d, ReadHeaderTimeout: 10 * time.Second}}
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		fmt.Fprintf(stderr, "lab: warning: --dashboard %s is reachable from other machines; bind it to 127.0.0.1 (docs/dashboard.md says how to put it behind authentication)\n", addr)
+		if ip == nil || ip.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+	}
+	l.url = "http://" + net.JoinHostPort(host, port) + "/"
+	go func() {
+		defer close(l.done)
+		l.srv.Serve(ln)
+	}()
+	fmt.Fprintf(stderr, "lab: dashboard at %s while the scenarios run\n", l.url)
+	return l, nil
+}
+
+// AddBreaker shows b (and exports it with --metrics).
+func (l *labDashboard) AddBreaker(b *circuit.Breaker) func() {
+	r := l.set.AddBreaker(b)
+	if l.next == nil {
+		return r
+	}
+	r2 := l.next.AddBreaker(b)
+	return func() { r(); r2() }
+}
+
+// AddBulkhead shows b (and exports it with --metrics).
+func (l *labDashboard) AddBulkhead(b *bulkhead.Bulkhead) func() {
+	r := l.set.AddBulkhead(b)
+	if l.next == nil {
+		return r
+	}
+	r2 := l.next.AddBulkhead(b)
+	return func() { r(); r2() }
+}
+
+// OnEvent passes e to the dashboard (and the exporters).
+func (l *labDashboard) OnEvent(e watertight.Event) {
+	l.d.OnEvent(e)
+	if l.next != nil {
+		l.next.OnEvent(e)
+	}
+}
+
+// serveUntil keeps the page up until ctx ends (^C), unless it has already,
+// then stops serving.
+func (l *labDashboard) serveUntil(ctx context.Context, stderr io.Writer) {
+	if ctx.Err() == nil {
+		fmt.Fprintf(stderr, "lab: the scenarios are done; the dashboard stays at %s until Ctrl-C\n", l.url)
+		<-ctx.Done()
+	}
+	l.d.Close() // ends the pages' streams, which Shutdown would wait for
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.srv.Shutdown(sctx); err != nil {
+		l.srv.Close()
+	}
+	<-l.done
+}
+
 // info is where the lab's report line and tally go: stdout, or stderr with
 // --json.
 func info(f labFlags, stdout, stderr io.Writer) io.Writer {
@@ -424,6 +542,7 @@ type labFlagsJSON struct {
 	Slow      string   `json:"slow"`
 	Stall     string   `json:"stall"`
 	Metrics   string   `json:"metrics,omitempty"`
+	Dashboard string   `json:"dashboard,omitempty"`
 }
 
 func (f labFlags) jsonFlags() labFlagsJSON {
@@ -440,7 +559,7 @@ func (f labFlags) jsonFlags() labFlagsJSON {
 		stall = defaultStall
 	}
 	return labFlagsJSON{Scenarios: names, Seed: f.opts.Seed, Quick: f.opts.Quick, Out: f.out, Clients: f.opts.Clients,
-		Slow: slow, Stall: stall.String(), Metrics: f.metrics}
+		Slow: slow, Stall: stall.String(), Metrics: f.metrics, Dashboard: f.dash}
 }
 
 // defaultStall is the storefront's stalled latency when --stall is not

@@ -377,7 +377,7 @@ func (c *client) retryPipe(key string, rc retry.Config, idempotent bool, b *circ
 			if user != nil {
 				user(ev)
 			}
-			e := watertight.Event{Source: "grpc", Name: name, Key: key, Attempt: ev.Attempt, Err: ev.Err}
+			e := watertight.Event{Source: "grpc", Name: name, Key: key, Attempt: ev.Attempt, Err: ev.Err, Code: ev.Code}
 			switch ev.Kind {
 			case retry.Scheduled:
 				e.Kind, e.Delay = watertight.EventRetryScheduled, ev.Delay
@@ -429,7 +429,7 @@ func (c *client) reject(key string, err error) error {
 	if !watertight.IsRejection(err) {
 		return withContextStatus(err)
 	}
-	watertight.Emit(c.listener, watertight.Event{Kind: watertight.EventRejected, Source: "grpc", Name: c.name, Key: key, Err: err})
+	watertight.Emit(c.listener, watertight.Event{Kind: watertight.EventRejected, Source: "grpc", Name: c.name, Key: key, Err: err, Code: rejectCode(err)})
 	return withStatus(err)
 }
 

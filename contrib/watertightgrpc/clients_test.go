@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/watertight-go/watertight"
-	"github.com/watertight-go/watertight/contrib/internal/eventcount"
 	"github.com/watertight-go/watertight/deadline"
+	"github.com/watertight-go/watertight/watertighthttp"
 
 	watertightgrpc "github.com/watertight-go/watertight/contrib/watertightgrpc"
 )
@@ -88,8 +88,8 @@ func wantClientEvent(t *testing.T, e watertight.Event, key, client string) {
 	if strings.Contains(fmt.Sprintf("%+v %v", e, e.Err), client) {
 		t.Errorf("the event names the client %q: %+v", client, e)
 	}
-	if got := eventcount.ShedReason(e); got != "client_limit" {
-		t.Errorf("metrics reason label %q, want client_limit", got)
+	if e.Code != watertighthttp.CodeClientLimit {
+		t.Errorf("code %q, want %q", e.Code, watertighthttp.CodeClientLimit)
 	}
 }
 
@@ -353,8 +353,8 @@ func TestServerClientLimitReleasedOnRefusal(t *testing.T) {
 		if !errors.Is(ev.Err, watertightgrpc.ErrMethodFull) {
 			t.Errorf("event %d: %v; want ErrMethodFull", i, ev.Err)
 		}
-		if got := eventcount.ShedReason(ev); got != "route_full" {
-			t.Errorf("event %d: metrics reason %q, want route_full", i, got)
+		if ev.Code != watertighthttp.CodeRouteFull {
+			t.Errorf("event %d: code %q, want %q", i, ev.Code, watertighthttp.CodeRouteFull)
 		}
 	}
 }
@@ -678,8 +678,8 @@ func TestServerClientOverflow(t *testing.T) {
 			errors.Is(ev.Err, watertightgrpc.ErrClientLimit) || !watertight.IsSaturation(ev.Err) || strings.Contains(fmt.Sprintf("%+v", ev), "new-") {
 			t.Fatalf("event %+v; want an EventShed for %s with ErrClientOverflow, a saturation, not naming the client", ev, methodCall)
 		}
-		if got := eventcount.ShedReason(ev); got != "client_overflow" {
-			t.Fatalf("metrics reason label %q, want client_overflow", got)
+		if ev.Code != watertighthttp.CodeClientOverflow {
+			t.Fatalf("code %q, want %q", ev.Code, watertighthttp.CodeClientOverflow)
 		}
 	}
 	// The pushback, on one more refused call.

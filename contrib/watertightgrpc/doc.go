@@ -62,6 +62,20 @@
 // another request FAILED_PRECONDITION, a store failure UNAVAILABLE with
 // nothing run.
 //
+// # Events
+//
+// With a Listener, the interceptors emit watertight.Events with Source
+// "grpc", each with a stable Code for metric labels and alerts: a shed
+// request or bad input the codes of watertighthttp (CodeRouteFull
+// "route_full" for a method at its limit, CodeDisplaced, CodeQueueGaveUp,
+// CodeClientLimit, CodeClientOverflow, CodeDeadline, CodeUnknownCriticality),
+// the client's retries the codes of package retry, idempotency the codes of
+// package idempotency, and a call the client's own protections refused the
+// code of the protection (circuit.CodeOpen, ...) or CodeBulkheadFull
+// "bulkhead_full", CodeDeadlineTooShort "deadline_too_short", CodeRejected
+// "rejected"; CodeFingerprintFailed "fingerprint_failed" and CodeReplayFailed
+// "replay_failed" are the idempotency interceptor's own.
+//
 // The metadata keys are lower case, as gRPC requires; see the Metadata*
 // constants. docs/grpc.md has the full tables and the measured overhead.
 package watertightgrpc

@@ -507,7 +507,7 @@ func (h *idemServer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	vals := metadata.ValueFromIncomingContext(ctx, MetadataIdempotencyKey)
 	if len(vals) == 0 {
 		if h.required != nil && h.required(ctx, method) {
-			return nil, h.reject(ctx, method, codes.InvalidArgument,
+			return nil, h.reject(ctx, method, idempotency.CodeKeyMissing, codes.InvalidArgument,
 				"idempotency-key is missing: this method requires an idempotency key. Make one random key per operation (a UUID), "+
 					`send it as the metadata "idempotency-key" on every attempt of that operation (with watertightgrpc's client `+
 					"interceptor: retry.WithIdempotencyKey(ctx, idempotency.NewKey())); nothing was done",
@@ -516,20 +516,20 @@ func (h *idemServer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 		return handler(ctx, req)
 	}
 	if len(vals) > 1 {
-		return nil, h.reject(ctx, method, codes.InvalidArgument,
+		return nil, h.reject(ctx, method, idempotency.CodeInvalidKey, codes.InvalidArgument,
 			fmt.Sprintf("idempotency-key is invalid: the call carries %d idempotency-key values; send exactly one; nothing was done", len(vals)),
 			idempotency.ErrInvalidKey, "")
 	}
 	key, err := idempotency.ParseKeyMax(vals[0], h.maxKey)
 	if err != nil {
-		return nil, h.reject(ctx, method, codes.InvalidArgument,
+		return nil, h.reject(ctx, method, idempotency.CodeInvalidKey, codes.InvalidArgument,
 			"idempotency-key is invalid: "+strings.TrimPrefix(strings.TrimPrefix(err.Error(), "idempotency: "), "Idempotency-Key is ")+"; nothing was done",
 			fmt.Errorf("%w: %w", idempotency.ErrInvalidKey, err), "")
 	}
 	fp, err := h.fingerprint(method, req)
 	if err != nil {
 		watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventRejected, Source: "grpc", Name: h.name, Key: method,
-			Reason: "the request could not be fingerprinted", Err: err})
+			Reason: "the request could not be fingerprinted", Err: err, Code: CodeFingerprintFailed})
 		return nil, status.Error(codes.Internal, "the server could not fingerprint the request to check its idempotency-key: "+err.Error()+"; nothing was done")
 	}
 	skey := idempotency.ScopedKey(h.scope(ctx), key)
@@ -560,13 +560,13 @@ func (h *idemServer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 		if h.inFlight == codes.Unavailable {
 			pushback = PushbackRetrySoon
 		}
-		return nil, h.reject(ctx, method, h.inFlight, msg, idempotency.ErrInFlight, pushback)
+		return nil, h.reject(ctx, method, idempotency.CodeInFlight, h.inFlight, msg, idempotency.ErrInFlight, pushback)
 	case idempotency.AnswerUnknown:
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataIdempotencyOutcome, idempotency.OutcomeUnknown))
-		return nil, h.reject(ctx, method, codes.DataLoss, unknownMessage, idempotency.ErrOutcomeUnknown, "")
+		return nil, h.reject(ctx, method, idempotency.CodeOutcomeUnknown, codes.DataLoss, unknownMessage, idempotency.ErrOutcomeUnknown, "")
 	case idempotency.AnswerForgotten:
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataIdempotencyOutcome, idempotency.OutcomeForgotten))
-		return nil, h.reject(ctx, method, codes.FailedPrecondition,
+		return nil, h.reject(ctx, method, idempotency.CodeForgotten, codes.FailedPrecondition,
 			"the call with this idempotency-key was processed, but its stored result was dropped early to make room, so it cannot be replayed: "+
 				"the key is too old; this call was not processed: nothing was done. Check the resource for the outcome; use a new key only for a new operation",
 			idempotency.ErrForgotten, "")
@@ -594,16 +594,16 @@ const unknownMessage = "a call with this idempotency-key may have been applied, 
 // reject emits an EventRejected and returns the answer to a call refused
 // without running: code and msg, and the pushback trailer when pushback is
 // not empty. The error unwraps to err.
-func (h *idemServer) reject(ctx context.Context, method string, code codes.Code, msg string, err error, pushback string) error {
+func (h *idemServer) reject(ctx context.Context, method, evCode string, code codes.Code, msg string, err error, pushback string) error {
 	if pushback != "" {
 		_ = grpc.SetTrailer(ctx, metadata.Pairs(MetadataPushback, pushback))
 	}
-	watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventRejected, Source: "grpc", Name: h.name, Key: method, Reason: msg, Err: err})
+	watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventRejected, Source: "grpc", Name: h.name, Key: method, Reason: msg, Err: err, Code: evCode})
 	return &rejectionError{err: err, st: status.New(code, msg)}
 }
 
 func (h *idemServer) mismatch(ctx context.Context, method string) error {
-	return h.reject(ctx, method, codes.FailedPrecondition,
+	return h.reject(ctx, method, idempotency.CodeMismatch, codes.FailedPrecondition,
 		"idempotency-key was already used for a different call (another method or request message); nothing was done. "+
 			"Use a new key for a new operation, and the same request for the same key",
 		idempotency.ErrMismatch, "")
@@ -617,10 +617,10 @@ func (h *idemServer) storeFailed(ctx context.Context, req any, method string, ha
 		h.logger.Warn("watertightgrpc: idempotency store failed; running the call without deduplication (FailOpen)",
 			"name", h.name, "method", method, "error", err)
 		watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventFallbackUsed, Source: "grpc", Name: h.name, Key: method,
-			Reason: "fail open: the store failed, the call ran without deduplication", Err: err})
+			Reason: "fail open: the store failed, the call ran without deduplication", Err: err, Code: idempotency.CodeFailOpen})
 		return handler(ctx, req)
 	}
-	return nil, h.reject(ctx, method, codes.Unavailable,
+	return nil, h.reject(ctx, method, idempotency.CodeStoreUnavailable, codes.Unavailable,
 		"the server could not check the idempotency-key (its store is unavailable), so the call was not processed: nothing was done. "+
 			"It is safe to retry the call with the same idempotency-key",
 		err, PushbackRetrySoon)
@@ -761,7 +761,7 @@ func (h *idemServer) save(ctx context.Context, method, key, skey, fp, tok string
 			append(attrs, "lock_ttl", h.lockTTL)...)
 	}
 	watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventStateChange, Source: "grpc", Name: h.name, Key: method,
-		From: "claimed", To: to, Reason: reason + why, Err: err})
+		From: "claimed", To: to, Reason: reason + why, Err: err, Code: saved.Code()})
 }
 
 // releaseClaim releases the claim tok, and logs and emits why.
@@ -783,7 +783,7 @@ func (h *idemServer) releaseClaim(ctx context.Context, method, skey, tok, why st
 		cause = err
 	}
 	watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventStateChange, Source: "grpc", Name: h.name, Key: method,
-		From: "claimed", To: "released", Reason: why, Err: cause})
+		From: "claimed", To: "released", Reason: why, Err: cause, Code: idempotency.CodeReleased})
 }
 
 // replay answers a call with the stored result rec.
@@ -791,7 +791,7 @@ func (h *idemServer) replay(ctx context.Context, method string, rec *idempotency
 	res, err := decodeResult(rec)
 	if err != nil {
 		watertight.Emit(h.listener, watertight.Event{Kind: watertight.EventRejected, Source: "grpc", Name: h.name, Key: method,
-			Reason: "the stored result cannot be replayed", Err: err})
+			Reason: "the stored result cannot be replayed", Err: err, Code: CodeReplayFailed})
 		return nil, status.Error(codes.Internal, "the server has a result stored for this idempotency-key but cannot decode it ("+
 			err.Error()+"); nothing was done")
 	}

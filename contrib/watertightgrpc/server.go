@@ -17,7 +17,6 @@ import (
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/bulkhead"
-	"github.com/watertight-go/watertight/contrib/internal/eventcount"
 	"github.com/watertight-go/watertight/deadline"
 	"github.com/watertight-go/watertight/internal/admission"
 	"github.com/watertight-go/watertight/internal/keyed"
@@ -76,16 +75,6 @@ var (
 	// negative pushback).
 	ErrClientOverflow = watertight.NewSaturation("watertightgrpc: too many clients busy, and the clients beyond them at their shared limit of requests in flight")
 )
-
-// The metrics adapters (contrib/watertightprom, contrib/watertightotel) label shed events
-// by reason; they cannot import this module, so its errors are registered.
-func init() {
-	eventcount.RegisterShedReason(ErrMethodFull, "route_full")
-	eventcount.RegisterShedReason(ErrDisplaced, "displaced")
-	eventcount.RegisterShedReason(ErrQueueGaveUp, "queue_gave_up")
-	eventcount.RegisterShedReason(ErrClientLimit, "client_limit")
-	eventcount.RegisterShedReason(ErrClientOverflow, "client_overflow")
-}
 
 // ServerConfig configures UnaryServerInterceptor, StreamServerInterceptor
 // and ServerInterceptors. The zero value is valid: the default deadline
@@ -506,6 +495,7 @@ func (s *server) badCriticality(err error) {
 	}
 	watertight.Emit(s.listener, watertight.Event{
 		Kind: watertight.EventBadInput, Source: "grpc", Name: s.name, Key: MetadataCriticality, Reason: watertighthttp.ReasonUnknownCriticality,
+		Code: watertighthttp.CodeUnknownCriticality,
 	})
 }
 
@@ -581,7 +571,7 @@ func (s *server) guard(ctx context.Context, fullMethod string, trailer func(meta
 func (s *server) shed(key string, code codes.Code, msg string, err error, trailer func(metadata.MD)) error {
 	trailer(metadata.Pairs(MetadataPushback, PushbackOverloaded))
 	reason := msg + err.Error()
-	watertight.Emit(s.listener, watertight.Event{Kind: watertight.EventShed, Source: "grpc", Name: s.name, Key: key, Reason: reason, Err: err})
+	watertight.Emit(s.listener, watertight.Event{Kind: watertight.EventShed, Source: "grpc", Name: s.name, Key: key, Reason: reason, Err: err, Code: shedCode(err)})
 	return status.Error(code, "watertight: shed: "+reason+" (method "+strconv.Quote(key)+")")
 }
 

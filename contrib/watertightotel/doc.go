@@ -12,7 +12,9 @@
 // shed requests, breaker transitions, fallbacks, bad client input — comes
 // from events: Metrics is also a watertight.Listener, to set as the
 // Listener of the protections' Configs; it counts events in memory and
-// reports the counts through the same callback. Call latency is opt-in:
+// reports the counts through the same callback; the reason attribute of
+// the event metrics is the event's Code, copied as it is
+// (docs/observability.md lists every code). Call latency is opt-in:
 // Metrics.Latency returns a watertight.Policy that records the duration of
 // the calls through it into a histogram.
 //

@@ -9,7 +9,9 @@ import (
 )
 
 // OnEvent implements watertight.Listener: it counts e under its kind, source,
-// name and key, and for some kinds a bounded reason (see docs/observability.md).
+// name and key, and its Code as the reason attribute (see
+// docs/observability.md): the exporter copies the code the emitting package
+// set, and learns nothing from the event's words or error.
 // Set the Metrics as the Listener of the protections' Configs (or combine
 // it with others through watertight.Listeners).
 //
@@ -19,9 +21,8 @@ import (
 // Cost: OnEvent allocates nothing once an attribute set has been seen. It
 // hashes the event's attributes into a map that is read without a lock (an atomic
 // load), then adds one to an atomic counter; an attribute set seen for the
-// first time takes a mutex. For a skipped retry or a shed request it also matches
-// the event's error against the known reasons (errors.Is); for bad client
-// input it looks the reason up among the known labels. It is far cheaper
+// first time takes a mutex. It also checks that Code has the shape of a code.
+// It is far cheaper
 // than the call that caused the event, but it is not free: the events of a
 // hot path (rejections by an open breaker) each pay it.
 func (m *Metrics) OnEvent(e watertight.Event) {
@@ -34,7 +35,7 @@ func (m *Metrics) OnEvent(e watertight.Event) {
 type aggKey struct {
 	inst metric.Int64Observable
 	n    int
-	kv   [4]attribute.KeyValue
+	kv   [5]attribute.KeyValue
 }
 
 func (m *Metrics) observeEvents(o metric.Observer) {
@@ -47,24 +48,25 @@ func (m *Metrics) observeEvents(o metric.Observer) {
 	}
 	m.events.Each(func(k eventcount.Key, v uint64) {
 		name, key := AttrName.String(validUTF8(k.Name)), AttrKey.String(validUTF8(k.Key))
-		add(in.events, v, attrSource.String(validUTF8(k.Source)), attrEvent.String(k.Kind.String()), name)
+		reason := attrReason.String(k.Code) // a code: valid UTF-8 by its shape
+		add(in.events, v, attrSource.String(validUTF8(k.Source)), attrEvent.String(k.Kind.String()), name, reason)
 		switch k.Kind {
 		case watertight.EventStateChange:
 			if k.Source == "circuit" {
-				add(in.circuitTransitions, v, name, key, attrFrom.String(validUTF8(k.A)), attrTo.String(validUTF8(k.B)))
+				add(in.circuitTransitions, v, name, key, attrFrom.String(validUTF8(k.From)), attrTo.String(validUTF8(k.To)), reason)
 			}
 		case watertight.EventRetryScheduled:
 			add(in.retryScheduled, v, name, key)
 		case watertight.EventRetryExhausted:
 			add(in.retryExhausted, v, name, key)
 		case watertight.EventRetrySkipped:
-			add(in.retrySkipped, v, name, key, attrReason.String(k.A))
+			add(in.retrySkipped, v, name, key, reason)
 		case watertight.EventShed:
-			add(in.shed, v, name, key, attrReason.String(k.A))
+			add(in.shed, v, name, key, reason)
 		case watertight.EventFallbackUsed:
 			add(in.fallbackUsed, v, name, key)
 		case watertight.EventBadInput:
-			add(in.badInput, v, name, attrHeader.String(validUTF8(k.Key)), attrReason.String(k.A))
+			add(in.badInput, v, name, attrHeader.String(validUTF8(k.Key)), reason)
 		}
 	})
 	for k, v := range sums {

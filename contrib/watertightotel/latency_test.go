@@ -93,8 +93,8 @@ func TestLatencySkipsRejections(t *testing.T) {
 	got, _ := h.collect(t)
 	absent(t, got, "watertight.call.duration")
 	want(t, got, map[string]float64{
-		`watertight.circuit.rejections{watertight.key="",watertight.name="payments"}`:     15,
-		`watertight.events{event="rejected",source="circuit",watertight.name="payments"}`: 15,
+		`watertight.circuit.rejections{watertight.key="",watertight.name="payments"}`:                   15,
+		`watertight.events{event="rejected",reason="open",source="circuit",watertight.name="payments"}`: 15,
 	})
 	// A call that ran and failed is still recorded.
 	ctx2, tk, _ := l.Enter(ctx)

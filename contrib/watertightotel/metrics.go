@@ -18,9 +18,9 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/contrib/internal/eventcount"
-	"github.com/watertight-go/watertight/contrib/internal/sources"
 	"github.com/watertight-go/watertight/hedge"
 	"github.com/watertight-go/watertight/limit"
+	"github.com/watertight-go/watertight/watch"
 )
 
 // ScopeName is the instrumentation scope of the Meter that New takes from
@@ -78,6 +78,13 @@ type Config struct {
 	// watertight.events_overflow. Zero means DefaultMaxEventSeries;
 	// negative means no bound.
 	MaxEventSeries int
+	// Sources are the protections observed at each collection. If nil,
+	// Metrics keeps a set of its own. A program with several exporters
+	// (Prometheus, the dashboard) fills one watch.Set and gives it to each,
+	// so that a protection is registered once. The Add methods add to this
+	// set. Kinds Metrics has no instruments for (balancers, concurrency
+	// budgets) are skipped.
+	Sources *watch.Set
 }
 
 // Metrics reports watertight's protections through OpenTelemetry
@@ -106,7 +113,7 @@ type Metrics struct {
 	calls    metric.Float64Histogram
 	reg      metric.Registration
 
-	sources sources.Set
+	sources *watch.Set
 }
 
 // New creates the instruments on the Meter of cfg.MeterProvider and registers
@@ -130,7 +137,10 @@ func New(cfg Config) (*Metrics, error) {
 		mp = otel.GetMeterProvider()
 	}
 	meter := mp.Meter(ScopeName)
-	m := &Metrics{classify: cfg.Classify}
+	m := &Metrics{classify: cfg.Classify, sources: cfg.Sources}
+	if m.sources == nil {
+		m.sources = new(watch.Set)
+	}
 	if m.classify == nil {
 		m.classify = watertight.Classify
 	}
@@ -169,7 +179,7 @@ func (m *Metrics) AddBreaker(b *circuit.Breaker) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return m.sources.Add(sources.Circuit, &sources.Source{Name: b.Name(), Breaker: b})
+	return m.sources.AddBreaker(b)
 }
 
 // AddBreakerRegistry watches every breaker r holds at collection time, under
@@ -179,7 +189,7 @@ func (m *Metrics) AddBreakerRegistry(name string, r *circuit.Registry) (remove f
 	if r == nil {
 		return noop
 	}
-	return m.sources.Add(sources.Circuit, &sources.Source{Name: name, Breakers: r})
+	return m.sources.AddBreakerRegistry(name, r)
 }
 
 // AddBulkhead watches the semaphore bulkhead b under its name (Config.Name),
@@ -189,7 +199,7 @@ func (m *Metrics) AddBulkhead(b *bulkhead.Bulkhead) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return m.sources.Add(sources.Bulkhead, &sources.Source{Name: b.Snapshot().Name, Bulkhead: b})
+	return m.sources.AddBulkhead(b)
 }
 
 // AddBulkheadRegistry watches every bulkhead r holds at collection time,
@@ -199,7 +209,7 @@ func (m *Metrics) AddBulkheadRegistry(name string, r *bulkhead.Registry) (remove
 	if r == nil {
 		return noop
 	}
-	return m.sources.Add(sources.Bulkhead, &sources.Source{Name: name, Bulkheads: r})
+	return m.sources.AddBulkheadRegistry(name, r)
 }
 
 // AddPool watches the worker pool p under its name (PoolConfig.Name), with an
@@ -209,7 +219,7 @@ func (m *Metrics) AddPool(p *bulkhead.Pool) (remove func()) {
 	if p == nil {
 		return noop
 	}
-	return m.sources.Add(sources.Pool, &sources.Source{Name: p.Snapshot().Name, Pool: p})
+	return m.sources.AddPool(p)
 }
 
 // AddBudget watches the retry budget b under the given name. It returns a
@@ -218,7 +228,7 @@ func (m *Metrics) AddBudget(name string, b *budget.Budget) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return m.sources.Add(sources.Budget, &sources.Source{Name: name, Budget: b})
+	return m.sources.AddBudget(name, b)
 }
 
 // AddThrottler watches the adaptive throttler t under the given name. It
@@ -227,7 +237,7 @@ func (m *Metrics) AddThrottler(name string, t *budget.Throttler) (remove func())
 	if t == nil {
 		return noop
 	}
-	return m.sources.Add(sources.Throttler, &sources.Source{Name: name, Throttler: t})
+	return m.sources.AddThrottler(name, t)
 }
 
 // AddHedge watches the hedge policy p under its name (Config.Name). It
@@ -236,7 +246,7 @@ func (m *Metrics) AddHedge(p *hedge.Policy) (remove func()) {
 	if p == nil {
 		return noop
 	}
-	return m.sources.Add(sources.Hedge, &sources.Source{Name: p.Snapshot().Name, Hedge: p})
+	return m.sources.AddHedge(p)
 }
 
 // AddLimiter watches the adaptive limiter l under its name (Config.Name). It
@@ -245,7 +255,7 @@ func (m *Metrics) AddLimiter(l *limit.Limiter) (remove func()) {
 	if l == nil {
 		return noop
 	}
-	return m.sources.Add(sources.Limiter, &sources.Source{Name: l.Name(), Limiter: l})
+	return m.sources.AddLimiter(l)
 }
 
 // AddLimiterRegistry watches every limiter r holds at collection time,
@@ -255,19 +265,19 @@ func (m *Metrics) AddLimiterRegistry(name string, r *limit.Registry) (remove fun
 	if r == nil {
 		return noop
 	}
-	return m.sources.Add(sources.Limiter, &sources.Source{Name: name, Limiters: r})
+	return m.sources.AddLimiterRegistry(name, r)
 }
 
 // observe is the callback: it reads every source and the event counts.
 func (m *Metrics) observe(_ context.Context, o metric.Observer) error {
-	for _, s := range m.sources.List() {
+	for _, s := range m.sources.Sources() {
 		m.observeSource(o, s)
 	}
 	m.observeEvents(o)
 	return nil
 }
 
-func (m *Metrics) observeSource(o metric.Observer, s *sources.Source) {
+func (m *Metrics) observeSource(o metric.Observer, s watch.Source) {
 	switch {
 	case s.Breaker != nil:
 		m.observeBreaker(o, s.Name, "", s.Breaker.Snapshot())

@@ -28,7 +28,7 @@ func BenchmarkOnEvent(b *testing.B) {
 		}
 	})
 	b.Run("shed-with-reason", func(b *testing.B) {
-		e := watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /items", Err: fmt.Errorf("route: %w", watertighthttp.ErrRouteFull)}
+		e := watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /items", Err: fmt.Errorf("route: %w", watertighthttp.ErrRouteFull), Code: watertighthttp.CodeRouteFull}
 		b.ReportAllocs()
 		for b.Loop() {
 			c.OnEvent(e)

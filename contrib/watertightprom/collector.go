@@ -12,9 +12,9 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/contrib/internal/eventcount"
-	"github.com/watertight-go/watertight/contrib/internal/sources"
 	"github.com/watertight-go/watertight/hedge"
 	"github.com/watertight-go/watertight/limit"
+	"github.com/watertight-go/watertight/watch"
 )
 
 // DefaultBuckets are the upper bounds, in seconds, of the call duration
@@ -47,6 +47,13 @@ type Config struct {
 	// watertight_events_overflow_total. Zero means DefaultMaxEventSeries;
 	// negative means no bound.
 	MaxEventSeries int
+	// Sources are the protections read at each scrape. If nil, the
+	// Collector keeps a set of its own. A program with several exporters
+	// (OpenTelemetry, the dashboard) fills one watch.Set and gives it to
+	// each, so that a protection is registered once. The Add methods add
+	// to this set. Kinds the Collector has no metrics for (balancers,
+	// concurrency budgets) are skipped.
+	Sources *watch.Set
 }
 
 // Collector is a prometheus.Collector for watertight's protections. Register
@@ -75,7 +82,7 @@ type Collector struct {
 	calls    *prometheus.HistogramVec
 	events   eventcount.Counts
 
-	sources sources.Set
+	sources *watch.Set
 }
 
 // NewCollector returns a Collector for cfg, or an error that names the
@@ -96,6 +103,10 @@ func NewCollector(cfg Config) (*Collector, error) {
 	c := &Collector{
 		cfg:      cfg,
 		classify: cfg.Classify,
+		sources:  cfg.Sources,
+	}
+	if c.sources == nil {
+		c.sources = new(watch.Set)
 	}
 	if c.classify == nil {
 		c.classify = watertight.Classify
@@ -126,7 +137,7 @@ func (c *Collector) AddBreaker(b *circuit.Breaker) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return c.sources.Add(sources.Circuit, &sources.Source{Name: b.Name(), Breaker: b})
+	return c.sources.AddBreaker(b)
 }
 
 // AddBreakerRegistry watches every breaker r holds at scrape time, under the
@@ -137,7 +148,7 @@ func (c *Collector) AddBreakerRegistry(name string, r *circuit.Registry) (remove
 	if r == nil {
 		return noop
 	}
-	return c.sources.Add(sources.Circuit, &sources.Source{Name: name, Breakers: r})
+	return c.sources.AddBreakerRegistry(name, r)
 }
 
 // AddBulkhead watches the semaphore bulkhead b under its name (Config.Name),
@@ -147,7 +158,7 @@ func (c *Collector) AddBulkhead(b *bulkhead.Bulkhead) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return c.sources.Add(sources.Bulkhead, &sources.Source{Name: b.Snapshot().Name, Bulkhead: b})
+	return c.sources.AddBulkhead(b)
 }
 
 // AddBulkheadRegistry watches every bulkhead r holds at scrape time, under
@@ -157,7 +168,7 @@ func (c *Collector) AddBulkheadRegistry(name string, r *bulkhead.Registry) (remo
 	if r == nil {
 		return noop
 	}
-	return c.sources.Add(sources.Bulkhead, &sources.Source{Name: name, Bulkheads: r})
+	return c.sources.AddBulkheadRegistry(name, r)
 }
 
 // AddPool watches the worker pool p under its name (PoolConfig.Name), with
@@ -167,7 +178,7 @@ func (c *Collector) AddPool(p *bulkhead.Pool) (remove func()) {
 	if p == nil {
 		return noop
 	}
-	return c.sources.Add(sources.Pool, &sources.Source{Name: p.Snapshot().Name, Pool: p})
+	return c.sources.AddPool(p)
 }
 
 // AddBudget watches the retry budget b under the given name (a Budget has
@@ -177,7 +188,7 @@ func (c *Collector) AddBudget(name string, b *budget.Budget) (remove func()) {
 	if b == nil {
 		return noop
 	}
-	return c.sources.Add(sources.Budget, &sources.Source{Name: name, Budget: b})
+	return c.sources.AddBudget(name, b)
 }
 
 // AddThrottler watches the adaptive throttler t under the given name. It
@@ -187,7 +198,7 @@ func (c *Collector) AddThrottler(name string, t *budget.Throttler) (remove func(
 	if t == nil {
 		return noop
 	}
-	return c.sources.Add(sources.Throttler, &sources.Source{Name: name, Throttler: t})
+	return c.sources.AddThrottler(name, t)
 }
 
 // AddHedge watches the hedge policy p under its name (Config.Name). It
@@ -196,7 +207,7 @@ func (c *Collector) AddHedge(p *hedge.Policy) (remove func()) {
 	if p == nil {
 		return noop
 	}
-	return c.sources.Add(sources.Hedge, &sources.Source{Name: p.Snapshot().Name, Hedge: p})
+	return c.sources.AddHedge(p)
 }
 
 // AddLimiter watches the adaptive limiter l under its name (Config.Name).
@@ -205,7 +216,7 @@ func (c *Collector) AddLimiter(l *limit.Limiter) (remove func()) {
 	if l == nil {
 		return noop
 	}
-	return c.sources.Add(sources.Limiter, &sources.Source{Name: l.Name(), Limiter: l})
+	return c.sources.AddLimiter(l)
 }
 
 // AddLimiterRegistry watches every limiter r holds at scrape time, under
@@ -215,7 +226,7 @@ func (c *Collector) AddLimiterRegistry(name string, r *limit.Registry) (remove f
 	if r == nil {
 		return noop
 	}
-	return c.sources.Add(sources.Limiter, &sources.Source{Name: name, Limiters: r})
+	return c.sources.AddLimiterRegistry(name, r)
 }
 
 // Describe implements prometheus.Collector. The Collector's metrics and
@@ -231,14 +242,14 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: it reads the snapshot of every
 // source, the event counters and the call duration histogram.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.sources.List() {
+	for _, s := range c.sources.Sources() {
 		c.collectSource(ch, s)
 	}
 	c.collectEvents(ch)
 	c.calls.Collect(ch)
 }
 
-func (c *Collector) collectSource(ch chan<- prometheus.Metric, s *sources.Source) {
+func (c *Collector) collectSource(ch chan<- prometheus.Metric, s watch.Source) {
 	switch {
 	case s.Breaker != nil:
 		c.collectBreaker(ch, s.Name, "", s.Breaker.Snapshot())

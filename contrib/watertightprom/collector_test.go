@@ -440,11 +440,11 @@ func TestConstLabelsAndLint(t *testing.T) {
 	c.Latency("a").Exit(context.Background(), watertight.Ticket{}, nil)
 	got := scrape(t, c)
 	want(t, got, map[string]float64{
-		`watertight_circuit_state{key="",name="a",service="shop",state="closed"}`:                 1,
-		`watertight_bulkhead_max_concurrent{key="",kind="semaphore",name="a",service="shop"}`:     25,
-		`watertight_retry_scheduled_total{key="",name="a",service="shop"}`:                        1,
-		`watertight_call_duration_seconds_count{name="a",outcome="success",service="shop"}`:       1,
-		`watertight_events_total{event="retry_scheduled",name="a",service="shop",source="retry"}`: 1,
+		`watertight_circuit_state{key="",name="a",service="shop",state="closed"}`:                           1,
+		`watertight_bulkhead_max_concurrent{key="",kind="semaphore",name="a",service="shop"}`:               25,
+		`watertight_retry_scheduled_total{key="",name="a",service="shop"}`:                                  1,
+		`watertight_call_duration_seconds_count{name="a",outcome="success",service="shop"}`:                 1,
+		`watertight_events_total{event="retry_scheduled",name="a",reason="",service="shop",source="retry"}`: 1,
 	})
 	problems, err := testutil.CollectAndLint(c)
 	if err != nil {

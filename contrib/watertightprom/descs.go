@@ -94,15 +94,15 @@ func (d *descs) init(constLabels prometheus.Labels) error {
 	d.hedgeDelay = nd("watertight_hedge_delay_seconds", "Current hedge delay: how long an attempt has to answer before the next one is sent.", n...)
 	d.hedgeOverloaded = nd("watertight_hedge_overloaded", "1 while the hedge policy is in its overload cool-down (no hedges), 0 otherwise.", n...)
 
-	d.events = nd("watertight_events_total", "Events received by the Collector's listener, by emitting package and kind.", "source", "event", "name")
+	d.events = nd("watertight_events_total", "Events received by the Collector's listener, by emitting package, kind and reason (the event's code; empty for kinds without one).", "source", "event", "name", "reason")
 	d.eventsOverflow = nd("watertight_events_overflow_total", "Events not counted under their labels because Config.MaxEventSeries label sets were already in use.")
-	d.circuitTransitions = nd("watertight_circuit_transitions_total", "Circuit breaker state changes (events).", "name", "key", "from", "to")
+	d.circuitTransitions = nd("watertight_circuit_transitions_total", "Circuit breaker state changes (events), by reason: the rule that tripped the breaker (failure_rate, slow_call_rate, consecutive_failures, failure_count, trip_when) or why it moved on (timer, trials_succeeded, trials_failed, trials_timed_out, manual).", "name", "key", "from", "to", "reason")
 	d.retryScheduled = nd("watertight_retry_scheduled_total", "Retries scheduled after a failed attempt (events).", nk...)
 	d.retryExhausted = nd("watertight_retry_exhausted_total", "Calls whose last allowed attempt failed (events).", nk...)
-	d.retrySkipped = nd("watertight_retry_skipped_total", "Retryable failures that were not retried, by reason: not_idempotent, no_time, no_budget, body_not_replayable, other (events).", "name", "key", "reason")
-	d.shed = nd("watertight_shed_total", "Requests a server dropped before running them, by reason: route_full, displaced, queue_gave_up, client_limit, client_overflow, deadline, other (events).", "name", "key", "reason")
+	d.retrySkipped = nd("watertight_retry_skipped_total", "Retryable failures that were not retried, by reason (the event's code): not_idempotent, no_time, no_budget, no_concurrency, retry_after_too_long, body_not_replayable, other (events).", "name", "key", "reason")
+	d.shed = nd("watertight_shed_total", "Requests a server dropped before running them, by reason (the event's code): route_full, displaced, queue_gave_up, client_limit, client_overflow, deadline, other (events).", "name", "key", "reason")
 	d.fallbackUsed = nd("watertight_fallback_used_total", "Calls a fallback answered instead of the primary (events).", nk...)
-	d.badInput = nd("watertight_bad_input_total", "Values clients sent (headers) that were malformed or out of range and were ignored or clamped, by header and reason: malformed, absurd, unknown_criticality, other (events).", "name", "header", "reason")
+	d.badInput = nd("watertight_bad_input_total", "Values clients sent (headers) that were malformed or out of range and were ignored or clamped, by header and reason (the event's code): malformed, absurd, unknown_criticality, other (events).", "name", "header", "reason")
 	return first
 }
 

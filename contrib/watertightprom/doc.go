@@ -11,7 +11,9 @@
 // What snapshots do not hold — retries scheduled, exhausted and skipped,
 // shed requests, breaker transitions, fallbacks, bad client input — comes
 // from events: the Collector is also a watertight.Listener, to set as the
-// Listener of the protections' Configs (see OnEvent for its cost). Call
+// Listener of the protections' Configs (see OnEvent for its cost). The
+// reason label of the event metrics is the event's Code, copied as it is
+// (docs/observability.md lists every code). Call
 // latency is opt-in: Collector.Latency returns a watertight.Policy that
 // observes the duration of the calls through it into a histogram.
 //

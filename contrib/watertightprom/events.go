@@ -7,16 +7,17 @@ import (
 )
 
 // OnEvent implements watertight.Listener: it counts e under its kind, source,
-// name and key, and for some kinds a bounded reason (see docs/observability.md).
+// name and key, and its Code as the reason label (see docs/observability.md):
+// the exporter copies the code the emitting package set, and learns nothing
+// from the event's words or error.
 // Set the Collector as the Listener of the protections' Configs (or combine
 // it with others through watertight.Listeners).
 //
 // Cost: OnEvent allocates nothing once a label set has been seen. It hashes
 // the event's labels into a map that is read without a lock (an atomic
 // load), then adds one to an atomic counter; a label set seen for the first
-// time takes a mutex. For a skipped retry or a shed request it also matches
-// the event's error against the known reasons (errors.Is); for bad client
-// input it looks the reason up among the known labels. It is far cheaper
+// time takes a mutex. It also checks that Code has the shape of a code. It
+// is far cheaper
 // than the call that caused the event, but it is not free: the events of a
 // hot path (rejections by an open breaker) each pay it.
 func (c *Collector) OnEvent(e watertight.Event) {
@@ -29,7 +30,7 @@ func (c *Collector) OnEvent(e watertight.Event) {
 type aggKey struct {
 	d  *prometheus.Desc
 	n  int
-	lv [4]string
+	lv [5]string
 }
 
 func (c *Collector) collectEvents(ch chan<- prometheus.Metric) {
@@ -43,24 +44,24 @@ func (c *Collector) collectEvents(ch chan<- prometheus.Metric) {
 		sums[k] += v
 	}
 	c.events.Each(func(k eventcount.Key, v uint64) {
-		add(d.events, v, k.Source, k.Kind.String(), k.Name)
+		add(d.events, v, k.Source, k.Kind.String(), k.Name, k.Code)
 		switch k.Kind {
 		case watertight.EventStateChange:
 			if k.Source == "circuit" {
-				add(d.circuitTransitions, v, k.Name, k.Key, k.A, k.B)
+				add(d.circuitTransitions, v, k.Name, k.Key, k.From, k.To, k.Code)
 			}
 		case watertight.EventRetryScheduled:
 			add(d.retryScheduled, v, k.Name, k.Key)
 		case watertight.EventRetryExhausted:
 			add(d.retryExhausted, v, k.Name, k.Key)
 		case watertight.EventRetrySkipped:
-			add(d.retrySkipped, v, k.Name, k.Key, k.A)
+			add(d.retrySkipped, v, k.Name, k.Key, k.Code)
 		case watertight.EventShed:
-			add(d.shed, v, k.Name, k.Key, k.A)
+			add(d.shed, v, k.Name, k.Key, k.Code)
 		case watertight.EventFallbackUsed:
 			add(d.fallbackUsed, v, k.Name, k.Key)
 		case watertight.EventBadInput:
-			add(d.badInput, v, k.Name, k.Key, k.A)
+			add(d.badInput, v, k.Name, k.Key, k.Code)
 		}
 	})
 	for k, v := range sums {

@@ -38,11 +38,11 @@ func TestBreakerRegistryEvents(t *testing.T) {
 		synctest.Wait()
 		got := scrape(t, c)
 		want(t, got, map[string]float64{
-			`watertight_circuit_transitions_total{from="closed",key="eu",name="hosts",to="open"}`:    1,
-			`watertight_circuit_transitions_total{from="open",key="eu",name="hosts",to="half-open"}`: 1,
-			`watertight_circuit_state{key="eu",name="hosts",state="half-open"}`:                      1,
-			`watertight_circuit_rejected_total{key="eu",name="hosts"}`:                               1,
-			`watertight_events_total{event="rejected",name="hosts",source="circuit"}`:                1,
+			`watertight_circuit_transitions_total{from="closed",key="eu",name="hosts",reason="failure_rate",to="open"}`: 1,
+			`watertight_circuit_transitions_total{from="open",key="eu",name="hosts",reason="timer",to="half-open"}`:     1,
+			`watertight_circuit_state{key="eu",name="hosts",state="half-open"}`:                                         1,
+			`watertight_circuit_rejected_total{key="eu",name="hosts"}`:                                                  1,
+			`watertight_events_total{event="rejected",name="hosts",reason="open",source="circuit"}`:                     1,
 		})
 	})
 }
@@ -149,10 +149,10 @@ func TestHandlerBadInput(t *testing.T) {
 	}
 	got := scrape(t, c)
 	want(t, got, map[string]float64{
-		`watertight_bad_input_total{header="X-Request-Timeout-Ms",name="api",reason="malformed"}`:    n,
-		`watertight_bad_input_total{header="X-Criticality",name="api",reason="unknown_criticality"}`: n / 10,
-		`watertight_events_total{event="bad_input",name="api",source="deadline"}`:                    n,
-		`watertight_events_total{event="bad_input",name="api",source="http"}`:                        n / 10,
+		`watertight_bad_input_total{header="X-Request-Timeout-Ms",name="api",reason="malformed"}`:          n,
+		`watertight_bad_input_total{header="X-Criticality",name="api",reason="unknown_criticality"}`:       n / 10,
+		`watertight_events_total{event="bad_input",name="api",reason="malformed",source="deadline"}`:       n,
+		`watertight_events_total{event="bad_input",name="api",reason="unknown_criticality",source="http"}`: n / 10,
 	})
 	absent(t, got, `watertight_shed_total`)
 }

@@ -131,10 +131,10 @@ func TestLatencySkipsRejections(t *testing.T) {
 		t.Errorf("watertight_call_duration_seconds_count sums to %v over the outcomes, want 0 (rejections are no call durations)", n)
 	}
 	want(t, got, map[string]float64{
-		`watertight_circuit_rejected_total{key="",name="payments"}`:                   15,
-		`watertight_events_total{event="rejected",name="payments",source="circuit"}`:  15,
-		`watertight_call_duration_seconds_count{name="payments",outcome="ignored"}`:   0,
-		`watertight_call_duration_seconds_count{name="payments",outcome="saturated"}`: 0,
+		`watertight_circuit_rejected_total{key="",name="payments"}`:                                15,
+		`watertight_events_total{event="rejected",name="payments",reason="open",source="circuit"}`: 15,
+		`watertight_call_duration_seconds_count{name="payments",outcome="ignored"}`:                0,
+		`watertight_call_duration_seconds_count{name="payments",outcome="saturated"}`:              0,
 	})
 	// A call that ran and failed is still observed.
 	ctx2, tk, _ := l.Enter(ctx)

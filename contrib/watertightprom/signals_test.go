@@ -125,10 +125,10 @@ func everySignal(t *testing.T) *watertightprom.Collector {
 	for _, e := range []watertight.Event{
 		{Kind: watertight.EventRetryScheduled, Source: "retry", Name: "payments"},
 		{Kind: watertight.EventRetryExhausted, Source: "retry", Name: "payments"},
-		{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "payments", Err: retry.ErrNoTime},
-		{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /", Err: errors.New("x")},
-		{Kind: watertight.EventFallbackUsed, Source: "fallback", Name: "payments"},
-		{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: "X-Request-Timeout-Ms", Reason: "malformed"},
+		{Kind: watertight.EventRetrySkipped, Source: "retry", Name: "payments", Err: retry.ErrNoTime, Code: retry.CodeNoTime},
+		{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "GET /", Err: errors.New("x"), Code: "route_full"},
+		{Kind: watertight.EventFallbackUsed, Source: "fallback", Name: "payments", Code: "stale"},
+		{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: "X-Request-Timeout-Ms", Reason: "malformed", Code: "malformed"},
 	} {
 		c.OnEvent(e)
 	}

@@ -1,169 +1,84 @@
 // Package eventcount counts watertight events by a bounded label set, for
-// the metrics adapters (contrib/watertightprom, contrib/watertightotel): which labels an
-// event is counted under (KeyOf, with the reasons of skipped retries, shed
-// requests and bad client input mapped to a few fixed values), and a counter map that adds
-// to a label set already seen without a lock or an allocation.
+// the metrics adapters (contrib/watertightprom, contrib/watertightotel):
+// which labels an event is counted under (KeyOf: its kind, source, name and
+// key, From and To of a state change, and its Code), and a counter map that
+// adds to a label set already seen without a lock or an allocation.
+//
+// The reason label is the event's Code, which the emitting package defines
+// and bounds by construction. This package knows no package's codes, errors
+// or words: a new protection that sets Code on its events is counted under
+// its codes with no edit here.
 package eventcount
 
 import (
-	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/watertight-go/watertight"
-	"github.com/watertight-go/watertight/budget"
-	"github.com/watertight-go/watertight/deadline"
-	"github.com/watertight-go/watertight/retry"
-	"github.com/watertight-go/watertight/watertighthttp"
 )
 
 // Key is the label set an event is counted under.
 type Key struct {
 	Kind              watertight.EventKind
 	Source, Name, Key string
-	A, B              string // the reason, or From and To
+	From, To          string // EventStateChange only
+	Code              string // the reason label: see CodeLabel
 }
 
-// KeyOf returns the label set of e: its kind, source, name and key, plus
-// From and To for a state change and a bounded reason for a skipped retry
-// (SkipReason), a shed request (ShedReason) or bad client input
-// (BadInputReason). The key of bad input is the header it came in, which
-// the emitter takes from its configuration, never from the request: it is
-// kept as it is.
+// Other is the reason label of an event whose Code is empty or not a code
+// (see CodeLabel).
+const Other = "other"
+
+// MaxCodeLen is the longest Code taken as a label value.
+const MaxCodeLen = 40
+
+// KeyOf returns the label set of e: its kind, source, name and key, From
+// and To for a state change, and the reason label CodeLabel(e).
 func KeyOf(e watertight.Event) Key {
-	k := Key{Kind: e.Kind, Source: e.Source, Name: e.Name, Key: e.Key}
-	switch e.Kind {
-	case watertight.EventStateChange:
-		k.A, k.B = e.From, e.To
-	case watertight.EventRetrySkipped:
-		k.A = SkipReason(e)
-	case watertight.EventShed:
-		k.A = ShedReason(e)
-	case watertight.EventBadInput:
-		k.A = BadInputReason(e)
+	k := Key{Kind: e.Kind, Source: e.Source, Name: e.Name, Key: e.Key, Code: CodeLabel(e)}
+	if e.Kind == watertight.EventStateChange {
+		k.From, k.To = e.From, e.To
 	}
 	return k
 }
 
-// badInputLabels are the values BadInputReason gives, but "other": the
-// Reasons the emitters put on an EventBadInput.
-var badInputLabels = map[string]bool{
-	deadline.Malformed.String():             true, // "malformed"
-	deadline.Absurd.String():                true, // "absurd"
-	watertighthttp.ReasonUnknownCriticality: true, // "unknown_criticality"
+// CodeLabel returns the reason label of e: its Code when it has the shape
+// of a code (1 to MaxCodeLen bytes of a-z, 0-9 and '_', beginning with a
+// letter), else Other; and for an empty Code, "" or, for the kinds whose
+// metrics have a reason label (EventRetrySkipped, EventShed,
+// EventBadInput), Other.
+//
+// Codes are bounded by construction: each is a constant of the package
+// that emits the event, never taken from a request or an error's text. The
+// shape check only keeps a listener outside this module that fills Code
+// with free text (an error message, a value a client sent) from naming a
+// series after it; such events are counted as Other.
+func CodeLabel(e watertight.Event) string {
+	if e.Code == "" {
+		switch e.Kind {
+		case watertight.EventRetrySkipped, watertight.EventShed, watertight.EventBadInput:
+			return Other
+		}
+		return ""
+	}
+	if !isCode(e.Code) {
+		return Other
+	}
+	return e.Code
 }
 
-// BadInputReason maps bad client input (EventBadInput) to a bounded label
-// value: e.Reason when it is one of the stable labels the emitters use
-// ("malformed", "absurd", "unknown_criticality"), else "other". The event
-// is driven by clients, so nothing they send may add a series.
-func BadInputReason(e watertight.Event) string {
-	if badInputLabels[e.Reason] {
-		return e.Reason
+// isCode reports whether s has the shape of a code.
+func isCode(s string) bool {
+	if len(s) > MaxCodeLen || s[0] < 'a' || s[0] > 'z' {
+		return false
 	}
-	return "other"
-}
-
-// SkipReason maps a skipped retry to a bounded label value: from the
-// reason's sentinel error when Err wraps it, else from the words of
-// e.Reason (retry's "not idempotent", "not enough time left before the
-// deadline", "retry budget exhausted"; the HTTP Transport's "request body
-// cannot be replayed").
-func SkipReason(e watertight.Event) string {
-	switch {
-	case errors.Is(e.Err, retry.ErrNotIdempotent):
-		return "not_idempotent"
-	case errors.Is(e.Err, retry.ErrNoTime):
-		return "no_time"
-	case errors.Is(e.Err, retry.ErrNoBudget), errors.Is(e.Err, budget.ErrExhausted):
-		return "no_budget"
-	case errors.Is(e.Err, watertighthttp.ErrBodyNotReplayable):
-		return "body_not_replayable"
-	}
-	r := e.Reason
-	switch {
-	case r == "":
-		return "other"
-	case strings.Contains(r, "idempotent"):
-		return "not_idempotent"
-	case strings.Contains(r, "budget"):
-		return "no_budget"
-	case strings.Contains(r, "replay"):
-		return "body_not_replayable"
-	case strings.Contains(r, "time"), strings.Contains(r, "deadline"):
-		return "no_time"
-	}
-	return "other"
-}
-
-// shedLabels are the values ShedReason gives, but "other".
-var shedLabels = map[string]bool{"route_full": true, "displaced": true, "queue_gave_up": true, "client_limit": true, "client_overflow": true, "deadline": true}
-
-// registeredShed is an error registered by RegisterShedReason and its label.
-type registeredShed struct {
-	err   error
-	label string
-}
-
-// shedRegistry holds the registered errors, copied on write: ShedReason
-// reads it without a lock.
-var (
-	shedRegistry   atomic.Pointer[[]registeredShed]
-	shedRegistryMu sync.Mutex
-)
-
-// RegisterShedReason makes ShedReason label a shed event whose Err matches
-// err (errors.Is) with label, one of "route_full", "displaced",
-// "queue_gave_up", "client_limit", "client_overflow" (the clients beyond a
-// full table of busy ones, at their shared limit) and "deadline". It is for the adapters
-// this package cannot import (contrib/watertightgrpc, which depends on the root
-// module), at their initialisation. It panics on any other label: the set
-// of label values is bounded.
-func RegisterShedReason(err error, label string) {
-	if !shedLabels[label] || err == nil {
-		panic("eventcount: RegisterShedReason: not a shed reason label: " + label)
-	}
-	shedRegistryMu.Lock()
-	defer shedRegistryMu.Unlock()
-	var rs []registeredShed
-	if old := shedRegistry.Load(); old != nil {
-		rs = append(rs, *old...)
-	}
-	rs = append(rs, registeredShed{err, label})
-	shedRegistry.Store(&rs)
-}
-
-// ShedReason maps a shed request to a bounded label value: from the
-// reason's sentinel error when Err wraps one (watertighthttp's, deadline's,
-// or one registered with RegisterShedReason), else from e.Reason when it is
-// a label value itself, else "other".
-func ShedReason(e watertight.Event) string {
-	if rs := shedRegistry.Load(); rs != nil && e.Err != nil {
-		for _, r := range *rs {
-			if errors.Is(e.Err, r.err) {
-				return r.label
-			}
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return false
 		}
 	}
-	switch {
-	case errors.Is(e.Err, watertighthttp.ErrRouteFull):
-		return "route_full"
-	case errors.Is(e.Err, watertighthttp.ErrDisplaced):
-		return "displaced"
-	case errors.Is(e.Err, watertighthttp.ErrQueueGaveUp):
-		return "queue_gave_up"
-	case errors.Is(e.Err, watertighthttp.ErrClientLimit):
-		return "client_limit"
-	case errors.Is(e.Err, watertighthttp.ErrClientOverflow):
-		return "client_overflow"
-	case errors.Is(e.Err, deadline.ErrTooShort), errors.Is(e.Err, deadline.ErrExpired):
-		return "deadline"
-	}
-	if shedLabels[e.Reason] {
-		return e.Reason
-	}
-	return "other"
+	return true
 }
 
 type counterMap = map[Key]*atomic.Uint64

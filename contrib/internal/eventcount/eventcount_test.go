@@ -2,14 +2,14 @@ package eventcount_test
 
 import (
 	"fmt"
+	"go/build"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/contrib/internal/eventcount"
-	"github.com/watertight-go/watertight/deadline"
-	"github.com/watertight-go/watertight/retry"
-	"github.com/watertight-go/watertight/watertighthttp"
 	"go.uber.org/goleak"
 )
 
@@ -17,29 +17,77 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestKeyOf(t *testing.T) {
 	for _, c := range []struct {
-		e    watertight.Event
-		a, b string
+		e                watertight.Event
+		from, to, reason string
 	}{
-		{watertight.Event{Kind: watertight.EventStateChange, From: "closed", To: "open"}, "closed", "open"},
-		{watertight.Event{Kind: watertight.EventRetrySkipped, Err: retry.ErrNotIdempotent}, "not_idempotent", ""},
-		{watertight.Event{Kind: watertight.EventRetrySkipped, Reason: "retry budget exhausted"}, "no_budget", ""},
-		{watertight.Event{Kind: watertight.EventRetrySkipped, Reason: "something new"}, "other", ""},
-		{watertight.Event{Kind: watertight.EventShed, Err: watertighthttp.ErrRouteFull}, "route_full", ""},
-		{watertight.Event{Kind: watertight.EventShed, Err: fmt.Errorf("x: %w", watertighthttp.ErrClientLimit)}, "client_limit", ""},
-		{watertight.Event{Kind: watertight.EventShed, Err: fmt.Errorf("x: %w", watertighthttp.ErrClientOverflow)}, "client_overflow", ""},
-		{watertight.Event{Kind: watertight.EventShed, Reason: "client_overflow"}, "client_overflow", ""},
-		{watertight.Event{Kind: watertight.EventShed, Reason: "free text"}, "other", ""},
-		{watertight.Event{Kind: watertight.EventRejected, Reason: "unbounded text is not a label"}, "", ""},
-		{watertight.Event{Kind: watertight.EventBadInput, Key: "X-Request-Timeout-Ms", Reason: "malformed"}, "malformed", ""},
-		{watertight.Event{Kind: watertight.EventBadInput, Key: "Grpc-Timeout", Reason: "absurd"}, "absurd", ""},
-		{watertight.Event{Kind: watertight.EventBadInput, Key: "X-Criticality", Reason: "unknown_criticality"}, "unknown_criticality", ""},
-		{watertight.Event{Kind: watertight.EventBadInput, Key: "X-Criticality", Reason: "value \"urgent\" names no criticality"}, "other", ""},
-		{watertight.Event{Kind: watertight.EventBadInput, Key: "X-Criticality"}, "other", ""},
+		{watertight.Event{Kind: watertight.EventStateChange, From: "closed", To: "open", Code: "failure_rate"}, "closed", "open", "failure_rate"},
+		{watertight.Event{Kind: watertight.EventStateChange, From: "closed", To: "open"}, "closed", "open", ""},
+		{watertight.Event{Kind: watertight.EventRetrySkipped, Code: "not_idempotent", Reason: "words do not matter"}, "", "", "not_idempotent"},
+		{watertight.Event{Kind: watertight.EventRetrySkipped, Reason: "retry budget exhausted"}, "", "", "other"},
+		{watertight.Event{Kind: watertight.EventShed, Code: "route_full"}, "", "", "route_full"},
+		{watertight.Event{Kind: watertight.EventShed, Code: "a_code_of_a_protection_added_later"}, "", "", "a_code_of_a_protection_added_later"},
+		{watertight.Event{Kind: watertight.EventShed, Reason: "route_full"}, "", "", "other"}, // a Reason is never a label
+		{watertight.Event{Kind: watertight.EventBadInput, Key: "X-Criticality", Code: "unknown_criticality"}, "", "", "unknown_criticality"},
+		{watertight.Event{Kind: watertight.EventBadInput, Key: "X-Criticality"}, "", "", "other"},
+		{watertight.Event{Kind: watertight.EventRejected, Reason: "unbounded text is not a label"}, "", "", ""},
+		{watertight.Event{Kind: watertight.EventRejected, Code: "open"}, "", "", "open"},
+		{watertight.Event{Kind: watertight.EventHedgeSent}, "", "", ""},
+		// Free text in Code, from a listener outside the module, is not a label.
+		{watertight.Event{Kind: watertight.EventRejected, Code: "circuit: open"}, "", "", "other"},
+		{watertight.Event{Kind: watertight.EventShed, Code: "Route_Full"}, "", "", "other"},
+		{watertight.Event{Kind: watertight.EventShed, Code: "9lives"}, "", "", "other"},
+		{watertight.Event{Kind: watertight.EventShed, Code: strings.Repeat("a", eventcount.MaxCodeLen)}, "", "", strings.Repeat("a", eventcount.MaxCodeLen)},
+		{watertight.Event{Kind: watertight.EventShed, Code: strings.Repeat("a", eventcount.MaxCodeLen+1)}, "", "", "other"},
 	} {
 		k := eventcount.KeyOf(c.e)
-		if k.A != c.a || k.B != c.b || k.Kind != c.e.Kind {
-			t.Errorf("KeyOf(%+v) = %+v, want A=%q B=%q", c.e, k, c.a, c.b)
+		if k.From != c.from || k.To != c.to || k.Code != c.reason || k.Kind != c.e.Kind {
+			t.Errorf("KeyOf(%+v) = %+v, want From=%q To=%q Code=%q", c.e, k, c.from, c.to, c.reason)
 		}
+	}
+}
+
+// The key of bad input is the header it came in, which the emitter takes
+// from its configuration, never from the request: it is kept as it is.
+func TestKeyOfKeepsNameAndKey(t *testing.T) {
+	e := watertight.Event{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: "X-My-Timeout", Code: "malformed"}
+	if k := eventcount.KeyOf(e); k.Source != "deadline" || k.Name != "api" || k.Key != "X-My-Timeout" || k.Code != "malformed" || k.From != "" {
+		t.Errorf("KeyOf(%+v) = %+v", e, k)
+	}
+}
+
+// Whatever events say in words or in a malformed Code, the reason labels
+// are the codes sent and "other".
+func TestReasonLabelsAreBounded(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 1000 {
+		for _, e := range []watertight.Event{
+			{Kind: watertight.EventBadInput, Reason: fmt.Sprint("reason ", i)},
+			{Kind: watertight.EventShed, Code: fmt.Sprint("value ", i)},
+			{Kind: watertight.EventRetrySkipped, Code: fmt.Sprintf("%x!", i)},
+			{Kind: watertight.EventShed, Code: "displaced"},
+		} {
+			seen[eventcount.CodeLabel(e)] = true
+		}
+	}
+	if len(seen) != 2 || !seen["other"] || !seen["displaced"] {
+		t.Errorf("label values %v, want displaced and other", seen)
+	}
+}
+
+// The package knows no protection: it imports the root package and the
+// standard library only, so that a new protection needs no edit here.
+func TestImportsOnlyTheRoot(t *testing.T) {
+	p, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range p.Imports {
+		if strings.Contains(imp, ".") && imp != "github.com/watertight-go/watertight" {
+			t.Errorf("eventcount imports %s", imp)
+		}
+	}
+	if !slices.Contains(p.Imports, "github.com/watertight-go/watertight") {
+		t.Errorf("imports %v", p.Imports)
 	}
 }
 
@@ -69,7 +117,7 @@ func TestCountsConcurrentAndBounded(t *testing.T) {
 
 func TestIncAllocatesNothingOnceSeen(t *testing.T) {
 	c := &eventcount.Counts{Max: -1}
-	k := eventcount.Key{Kind: watertight.EventRejected, Source: "circuit", Name: "payments"}
+	k := eventcount.Key{Kind: watertight.EventRejected, Source: "circuit", Name: "payments", Code: "open"}
 	for range 10 {
 		c.Inc(k) // promoted to the read map
 	}
@@ -78,54 +126,36 @@ func TestIncAllocatesNothingOnceSeen(t *testing.T) {
 	}
 }
 
-func TestRegisterShedReason(t *testing.T) {
-	errMine := watertight.NewSaturation("mine: at its limit")
-	e := watertight.Event{Kind: watertight.EventShed, Err: fmt.Errorf("wrapped: %w", errMine), Reason: "free text"}
-	if got := eventcount.ShedReason(e); got != "other" {
-		t.Fatalf("before registering: %q, want other", got)
+func BenchmarkKeyOf(b *testing.B) {
+	e := watertight.Event{Kind: watertight.EventShed, Source: "http", Name: "api", Key: "/checkout", Code: "route_full"}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = eventcount.KeyOf(e)
 	}
-	eventcount.RegisterShedReason(errMine, "route_full")
-	if got := eventcount.ShedReason(e); got != "route_full" {
-		t.Fatalf("after registering: %q, want route_full", got)
-	}
-	if got := eventcount.ShedReason(watertight.Event{Kind: watertight.EventShed, Err: watertighthttp.ErrDisplaced}); got != "displaced" {
-		t.Fatalf("a built-in error after registering: %q, want displaced", got)
-	}
-	defer func() {
-		if recover() == nil {
-			t.Fatal("RegisterShedReason with an unbounded label did not panic")
-		}
-	}()
-	eventcount.RegisterShedReason(errMine, "free text")
 }
 
-// The labels of bad input: the reason is bounded whatever the event says,
-// and the key (the header, from the emitter's configuration) is kept, also
-// for a header that is none of the package constants.
-func TestKeyOfBadInput(t *testing.T) {
-	for _, r := range []deadline.Reason{deadline.Malformed, deadline.Absurd} {
-		e := watertight.Event{Kind: watertight.EventBadInput, Source: "deadline", Name: "api", Key: deadline.DefaultHeader, Reason: r.String()}
-		if k := eventcount.KeyOf(e); k.A != r.String() || k.Key != deadline.DefaultHeader || k.Name != "api" || k.Source != "deadline" || k.B != "" {
-			t.Errorf("KeyOf(%+v) = %+v", e, k)
+// Whatever an event's Code holds, its label is the code itself when it has
+// the shape of one, else "other" (or "" for an empty code of a kind without
+// a reason label): never free text.
+func FuzzCodeLabel(f *testing.F) {
+	for _, s := range []string{"", "route_full", "circuit: open", "Route_Full", "9lives", "a", "a_b_c_1", strings.Repeat("x", 41), "é", "no\x00"} {
+		f.Add(s, uint8(watertight.EventShed))
+		f.Add(s, uint8(watertight.EventRejected))
+	}
+	f.Fuzz(func(t *testing.T, code string, kind uint8) {
+		e := watertight.Event{Kind: watertight.EventKind(kind), Code: code}
+		got := eventcount.CodeLabel(e)
+		switch {
+		case got == code:
+			if code != "" && (len(code) > eventcount.MaxCodeLen || strings.Trim(code, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" || code[0] < 'a' || code[0] > 'z') {
+				t.Fatalf("CodeLabel(%q) took a value that is not shaped like a code", code)
+			}
+		case got == eventcount.Other:
+		default:
+			t.Fatalf("CodeLabel(%q) = %q", code, got)
 		}
-	}
-	e := watertight.Event{Kind: watertight.EventBadInput, Source: "http", Key: watertighthttp.HeaderCriticality, Reason: watertighthttp.ReasonUnknownCriticality}
-	if k := eventcount.KeyOf(e); k.A != "unknown_criticality" || k.Key != watertighthttp.HeaderCriticality {
-		t.Errorf("KeyOf(%+v) = %+v", e, k)
-	}
-	e = watertight.Event{Kind: watertight.EventBadInput, Source: "deadline", Key: "X-My-Timeout", Reason: "malformed"}
-	if k := eventcount.KeyOf(e); k.Key != "X-My-Timeout" || k.A != "malformed" {
-		t.Errorf("a configured header is not kept: KeyOf(%+v) = %+v", e, k)
-	}
-	// Whatever reasons arrive, they make at most the four label values.
-	seen := map[string]bool{}
-	for i := range 1000 {
-		seen[eventcount.BadInputReason(watertight.Event{Kind: watertight.EventBadInput, Reason: fmt.Sprint("reason ", i)})] = true
-	}
-	for _, r := range []string{"malformed", "absurd", "unknown_criticality", ""} {
-		seen[eventcount.BadInputReason(watertight.Event{Kind: watertight.EventBadInput, Reason: r})] = true
-	}
-	if len(seen) != 4 || !seen["other"] || !seen["malformed"] || !seen["absurd"] || !seen["unknown_criticality"] {
-		t.Errorf("label values %v, want malformed, absurd, unknown_criticality, other", seen)
-	}
+		if k := eventcount.KeyOf(e); k.Code != got {
+			t.Fatalf("KeyOf's code %q, CodeLabel's %q", k.Code, got)
+		}
+	})
 }
