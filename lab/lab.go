@@ -154,7 +154,7 @@ func Register(s Scenario) {
 
 // Order is the order in which `watertight lab` runs the scenarios; any
 // registered scenario missing from it runs after them, by name.
-var Order = []string{"backoff", "storm", "storefront", "deadline", "overload", "tenants", "payments", "hedge", "adaptive"}
+var Order = []string{"backoff", "storm", "storefront", "deadline", "overload", "tenants", "payments", "hedge", "adaptive", "consumer"}
 
 // All returns the registered scenarios, in Order.
 func All() []Scenario {
