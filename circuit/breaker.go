@@ -773,6 +773,11 @@ type Snapshot struct {
 	// TrialsInFlight counts the trial calls let through in the current
 	// half-open state and not yet ended.
 	TrialsInFlight int
+	// OpenLeft, while open (not forced open), is how long until the
+	// breaker goes half-open; zero in any other state. A caller refused
+	// by ErrOpen can tell its own callers to come back then (a gateway's
+	// Retry-After).
+	OpenLeft time.Duration
 	// TrialCalls, TrialFailures and TrialSlowCalls count the trial calls
 	// that ended in the current half-open state, those that failed (or
 	// were counted saturations), and those that were slow: the trials so
@@ -791,6 +796,9 @@ func (b *Breaker) Snapshot() Snapshot {
 	if s.State == HalfOpen {
 		s.TrialsInFlight = int(uint32(b.trials.Load())) - b.trialDone
 		s.TrialCalls, s.TrialFailures, s.TrialSlowCalls = b.trialDone, b.trialFails, b.trialSlow
+	}
+	if s.State == Open {
+		s.OpenLeft = max(time.Duration(b.since+int64(b.openFor)-b.now()), 0)
 	}
 	b.mu.Unlock()
 	s.Rejected = b.rejected.Load()

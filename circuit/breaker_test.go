@@ -915,3 +915,31 @@ func TestOpenJitterDefault(t *testing.T) {
 		t.Fatalf("20 openings all lasted %v: no jitter by default", seen)
 	}
 }
+
+// OpenLeft counts down the open duration, and is zero once half-open.
+func TestSnapshotOpenLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := mustNew(t, circuit.Config{ConsecutiveFailures: 1, OpenDuration: 10 * time.Second, OpenJitter: -1})
+		if s := b.Snapshot(); s.OpenLeft != 0 {
+			t.Fatalf("closed: OpenLeft %v", s.OpenLeft)
+		}
+		p, err := b.Allow()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Done(watertight.Failure)
+		if s := b.Snapshot(); s.State != circuit.Open || s.OpenLeft != 10*time.Second {
+			t.Fatalf("just opened: %v, OpenLeft %v, want open, 10s", s.State, s.OpenLeft)
+		}
+		time.Sleep(4 * time.Second)
+		if s := b.Snapshot(); s.OpenLeft != 6*time.Second {
+			t.Fatalf("after 4s: OpenLeft %v, want 6s", s.OpenLeft)
+		}
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		if s := b.Snapshot(); s.State != circuit.HalfOpen || s.OpenLeft != 0 {
+			t.Fatalf("after 10s: %v, OpenLeft %v, want half-open, 0", s.State, s.OpenLeft)
+		}
+		b.Reset()
+	})
+}

@@ -364,7 +364,7 @@ func TestSnapshotKeepsEvidence(t *testing.T) {
 		b, _ := newRecorded(t, circuit.Config{WindowSize: 10, MinCalls: 4, OpenDuration: time.Second, OpenJitter: -1, HalfOpenCalls: 2})
 		defer b.ForceOpen()
 		outcomes(b, "SFFS")
-		want := circuit.Snapshot{Name: "", State: circuit.Open, Calls: 4, Failures: 2, FailureRate: 50, Rule: circuit.RuleFailureRate, Reason: "failure rate 50% >= 50% over 4 calls", Opens: 1}
+		want := circuit.Snapshot{Name: "", State: circuit.Open, Calls: 4, Failures: 2, FailureRate: 50, Rule: circuit.RuleFailureRate, Reason: "failure rate 50% >= 50% over 4 calls", Opens: 1, OpenLeft: time.Second}
 		if s := b.Snapshot(); s != want {
 			t.Fatalf("open:\n got %+v\nwant %+v", s, want)
 		}
@@ -375,7 +375,7 @@ func TestSnapshotKeepsEvidence(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want.State, want.Rejected, want.TrialsInFlight = circuit.HalfOpen, 1, 1
+		want.State, want.Rejected, want.TrialsInFlight, want.OpenLeft = circuit.HalfOpen, 1, 1, 0
 		if s := b.Snapshot(); s != want {
 			t.Fatalf("half-open:\n got %+v\nwant %+v", s, want)
 		}

@@ -22,25 +22,22 @@ type accessLog struct {
 	errors atomic.Int64 // error lines logged in that second
 }
 
-func (a *accessLog) wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
-		next.ServeHTTP(sw, r)
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		if status >= 500 {
-			if !a.errorAllowed(start) {
-				return
-			}
-		} else if a.rate <= 0 || rand.Float64() >= a.rate {
+// done logs the request r, served through x since start, if it is
+// sampled or failed.
+func (a *accessLog) done(x *exchange, r *http.Request, start time.Time) {
+	status := x.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if status >= 500 {
+		if !a.errorAllowed(start) {
 			return
 		}
-		a.log.Info("access", "route", a.route, "method", r.Method, "path", r.URL.Path,
-			"status", status, "bytes", sw.bytes, "duration", time.Since(start), "client", r.RemoteAddr)
-	})
+	} else if a.rate <= 0 || rand.Float64() >= a.rate {
+		return
+	}
+	a.log.Info("access", "route", a.route, "method", r.Method, "path", r.URL.Path,
+		"status", status, "bytes", x.bytes, "duration", time.Since(start), "client", r.RemoteAddr)
 }
 
 // errorAllowed reports whether one more error line fits in now's second.
@@ -51,34 +48,3 @@ func (a *accessLog) errorAllowed(now time.Time) bool {
 	}
 	return a.errors.Add(1) <= maxErrorLines
 }
-
-// statusWriter records the status and the bytes of an answer. Unwrap lets
-// http.ResponseController reach the connection (flushes, an Upgrade's
-// hijack).
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	bytes  int64
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 || w.status < 200 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(p)
-	w.bytes += int64(n)
-	return n, err
-}
-
-// Unwrap returns the ResponseWriter it wraps.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// Flush flushes the answer, for handlers that assert http.Flusher.
-func (w *statusWriter) Flush() { http.NewResponseController(w.ResponseWriter).Flush() }

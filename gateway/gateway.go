@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -47,6 +46,10 @@ type Options struct {
 	// WatchInterval is how often Run looks at ConfigPath for a change.
 	// Default 2s; negative: only on SIGHUP.
 	WatchInterval time.Duration
+
+	// testBase, if not nil, replaces every upstream's transport (tests
+	// and benchmarks: export_test.go).
+	testBase http.RoundTripper
 }
 
 // Gateway is `watertight proxy`: the listeners of a Config, each request
@@ -71,27 +74,56 @@ type Gateway struct {
 // table is one configuration, built: what a request reads, swapped whole
 // by Reload.
 type table struct {
-	cfg     *Config
-	ups     map[string]*upstream
-	routes  []*route
-	metrics map[string]func() // the sources added to the collector, to remove the ones a reload drops
+	cfg       *Config
+	ups       map[string]*upstream
+	routes    []*route
+	listeners map[string]*listenerRoute
+	metrics   map[string]func() // the sources added to the collector, to remove the ones a reload drops
 }
 
 type upstream struct {
 	cfg      Upstream
 	bal      *balance.Balancer
 	breakers *circuit.Registry // nil: no breaker
-	base     *http.Transport
+	base     http.RoundTripper
 }
 
 type route struct {
 	cfg     Route
 	up      *upstream
-	handler http.Handler
+	tr      *watertighthttp.Transport
+	guarded http.Handler // the server-side guards, then proxy
+	log     *accessLog
+	latency ewma // of the route's answers, for Retry-After
 	bulk    *bulkhead.Bulkhead
 	budget  *budget.Budget
 	lis     map[string]bool // nil: every listener
-	trusted map[string][]netip.Prefix
+}
+
+// listenerRoute is what a route needs of the listener a request came in
+// on: the proxies it trusts.
+type listenerRoute struct {
+	name    string
+	trusted []netip.Prefix
+}
+
+// trusts reports whether the client address is one of the listener's
+// trusted proxies.
+func (l *listenerRoute) trusts(client string) bool {
+	if len(l.trusted) == 0 {
+		return false
+	}
+	a, err := netip.ParseAddr(client)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	for _, p := range l.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // New builds a Gateway for cfg: every instance of the library's sections,
@@ -135,7 +167,10 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 // and balancing settings are the same, its connections when its connect
 // timeout is, and a route's default retry budget (its balance).
 func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
-	t := &table{cfg: cfg, ups: map[string]*upstream{}, metrics: map[string]func(){}}
+	t := &table{cfg: cfg, ups: map[string]*upstream{}, metrics: map[string]func(){}, listeners: map[string]*listenerRoute{}}
+	for name, l := range cfg.Listeners {
+		t.listeners[name] = &listenerRoute{name: name, trusted: l.TrustedProxies}
+	}
 	for name, u := range cfg.Upstreams {
 		var prev *upstream
 		if old != nil {
@@ -153,10 +188,12 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 			}
 			up.bal = bal
 		}
-		if prev != nil && prev.cfg.ConnectTimeout == u.ConnectTimeout && prev.cfg.ServerName == u.ServerName {
+		if g.opts.testBase != nil {
+			up.base = g.opts.testBase
+		} else if prev != nil && prev.cfg.ConnectTimeout == u.ConnectTimeout && prev.cfg.ServerName == u.ServerName {
 			up.base = prev.base
 		} else {
-			up.base = &http.Transport{
+			tr := &http.Transport{
 				Proxy:                 nil, // only the configured hosts are ever dialled
 				DialContext:           (&net.Dialer{Timeout: u.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
 				MaxIdleConns:          1024,
@@ -166,8 +203,9 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 				ExpectContinueTimeout: time.Second,
 			}
 			if u.ServerName != "" {
-				up.base.TLSClientConfig = &tls.Config{ServerName: u.ServerName}
+				tr.TLSClientConfig = &tls.Config{ServerName: u.ServerName}
 			}
+			up.base = tr
 		}
 		if u.Breaker != "" {
 			var err error
@@ -198,7 +236,7 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 
 func (g *Gateway) newRoute(t *table, rc Route, prev *route) (*route, error) {
 	lis := g.lis
-	rt := &route{cfg: rc, up: t.ups[rc.Upstream], trusted: map[string][]netip.Prefix{}}
+	rt := &route{cfg: rc, up: t.ups[rc.Upstream]}
 	if rt.up == nil {
 		return nil, fmt.Errorf("no upstream %q", rc.Upstream)
 	}
@@ -207,9 +245,6 @@ func (g *Gateway) newRoute(t *table, rc Route, prev *route) (*route, error) {
 		for _, l := range rc.Listeners {
 			rt.lis[l] = true
 		}
-	}
-	for name, l := range t.cfg.Listeners {
-		rt.trusted[name] = l.TrustedProxies
 	}
 	var rcfg retry.Config
 	if rc.Retry != "" {
@@ -233,37 +268,29 @@ func (g *Gateway) newRoute(t *table, rc Route, prev *route) (*route, error) {
 	rcfg.Listener = lis
 	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{
 		Base: rt.up.base, Balancer: rt.up.bal, Breakers: rt.up.breakers, MaxEndpoints: -1,
-		Retry: rcfg, AttemptTimeout: rc.PerTryTimeout, Name: rc.Name, Listener: lis,
+		Retry: rcfg, AttemptTimeout: rc.PerTryTimeout, Timeout: rc.Timeout, OwnsRequests: true,
+		Name: rc.Name, Listener: lis,
 	})
 	if err != nil {
 		return nil, err
 	}
-	proxy := &httputil.ReverseProxy{
-		Rewrite:      rt.rewrite,
-		Transport:    tr,
-		ErrorHandler: rt.errorHandler,
-		ErrorLog:     slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		BufferPool:   bufferPool{},
-	}
-	var h http.Handler = proxy
+	rt.tr = tr
 	if rc.Bulkhead != "" {
 		if rt.bulk, err = g.reg.Bulkhead(rc.Bulkhead); err != nil {
 			return nil, err
 		}
 		t.metrics["bulkhead/"+rc.Bulkhead] = g.prom.AddBulkhead(rt.bulk)
-		h = rt.bulkheaded(h)
 	}
-	h = rt.limited(h)
 	// The server-side guards: incoming deadlines (ours, grpc-timeout,
 	// Envoy's), dead requests shed, criticality.
-	guarded, err := watertighthttp.NewHandler(h, watertighthttp.HandlerConfig{
+	rt.guarded, err = watertighthttp.NewHandler(http.HandlerFunc(rt.proxy), watertighthttp.HandlerConfig{
 		Name: rc.Name, MaxConcurrent: -1, Logger: g.log, Listener: lis,
 		Route: func(*http.Request) string { return rc.Name },
 	})
 	if err != nil {
 		return nil, err
 	}
-	rt.handler = (&accessLog{log: g.log, route: rc.Name, rate: rc.AccessLog}).wrap(guarded)
+	rt.log = &accessLog{log: g.log, route: rc.Name, rate: rc.AccessLog}
 	return rt, nil
 }
 
@@ -316,7 +343,7 @@ func (g *Gateway) reload(path string) error {
 	}
 	for name, up := range old.ups {
 		if nu, ok := t.ups[name]; !ok || nu.base != up.base {
-			up.base.CloseIdleConnections()
+			closeIdle(up.base)
 		}
 	}
 	g.log.Info("reloaded", "file", path, "library", ch.String(), "routes", len(t.routes), "upstreams", len(t.ups))
@@ -341,22 +368,41 @@ func (g *Gateway) logEvent(e watertight.Event) {
 	g.log.Info("state change", "source", e.Source, "name", e.Name, "key", e.Key, "from", e.From, "to", e.To, "reason", e.Reason)
 }
 
-// listenerKey is the context key of the listener a request came in on.
-type listenerKey struct{}
-
 // Handler returns the handler of the public listener named listener: it
 // matches each request to a route and serves it. A request no route
 // matches gets 404.
 func (g *Gateway) Handler(listener string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rt := g.tab.Load().match(listener, r)
-		if rt == nil {
-			http.Error(w, "watertight: proxy: no route for "+r.Method+" "+r.URL.Path, http.StatusNotFound)
-			return
-		}
-		r = r.WithContext(context.WithValue(r.Context(), listenerKey{}, listener))
-		rt.handler.ServeHTTP(w, r)
-	})
+	return &front{g: g, name: listener}
+}
+
+// front is a public listener's handler.
+type front struct {
+	g    *Gateway
+	name string
+}
+
+func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t := f.g.tab.Load()
+	rt := t.match(f.name, r)
+	if rt == nil {
+		http.Error(w, "watertight: proxy: no route for "+r.Method+" "+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	rt.serve(w, r, t.listeners[f.name])
+}
+
+// serve is a request's way through its route: the access log around the
+// server-side guards around proxy. The exchange that carries its status
+// and listener is lent from a pool.
+func (rt *route) serve(w http.ResponseWriter, r *http.Request, lis *listenerRoute) {
+	x := exchanges.Get().(*exchange)
+	x.ResponseWriter, x.lis = w, lis
+	start := time.Now()
+	rt.guarded.ServeHTTP(x, r)
+	rt.latency.observe(time.Since(start))
+	rt.log.done(x, r, start)
+	*x = exchange{}
+	exchanges.Put(x)
 }
 
 // match returns the route for r: of those whose listener, host, method
@@ -411,65 +457,105 @@ func prefixMatch(prefix, path string) bool {
 	return strings.HasSuffix(prefix, "/") || len(path) == len(prefix) || path[len(prefix)] == '/'
 }
 
-// limited bounds the request's body, keeps what a retry needs of it, and
-// sets the route's timeout.
-func (rt *route) limited(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c := &rt.cfg
-		if !cleanPath(r.URL.Path) {
-			http.Error(w, "watertight: proxy: the path has . or .. segments or empty ones: send it normalised", http.StatusBadRequest)
+// proxy sends a request admitted by the guards to the upstream: it bounds
+// its body, keeps what a retry needs of it, sets the route's timeout,
+// takes a permit of the route's bulkhead, and answers with the upstream's
+// answer, the route's fallback, or an error that says what happened.
+func (rt *route) proxy(w http.ResponseWriter, r *http.Request) {
+	var lis *listenerRoute
+	if x, ok := w.(*exchange); ok {
+		lis = x.lis
+	}
+	if !cleanPath(r.URL.Path) {
+		http.Error(w, "watertight: proxy: the path has . or .. segments or empty ones: send it normalised", http.StatusBadRequest)
+		return
+	}
+	// The route's timeout is the Transport's (TransportConfig.Timeout):
+	// the host's to meet, its expiry counting on the host's breaker,
+	// while a shorter deadline of the client's does not. It starts when
+	// the request is sent; the body is read and the bulkhead's wait is
+	// bounded before that, by the route's timeout and max_wait.
+	ctx := r.Context()
+	if r.Body != nil && r.Body != http.NoBody {
+		var ok bool
+		if r, ok = rt.readBody(w, r); !ok {
 			return
 		}
-		if c.Timeout > 0 {
-			// The route's timeout is the host's to meet (its expiry counts
-			// on the host's breaker); a shorter deadline of the client's
-			// is not (watertighthttp.TransportConfig.Balancer).
-			ctx, cancel := context.WithTimeoutCause(r.Context(), c.Timeout, errRouteTimeout)
-			defer cancel()
-			r = r.WithContext(ctx)
+	}
+	if rt.bulk != nil {
+		if err := rt.bulk.Acquire(ctx); err != nil {
+			rt.refuseAdmission(w, r, ctx, err)
+			return
 		}
-		if r.Body != nil && r.Body != http.NoBody {
-			if c.MaxBodyBytes > 0 {
-				if r.ContentLength > c.MaxBodyBytes {
-					http.Error(w, fmt.Sprintf("watertight: proxy: request body of %d bytes is over the route's limit of %d", r.ContentLength, c.MaxBodyBytes), http.StatusRequestEntityTooLarge)
-					return
-				}
-				r.Body = http.MaxBytesReader(w, r.Body, c.MaxBodyBytes)
-			}
-			// The part of the body kept for retries is read within the
-			// route's time: a client that trickles it cannot hold the
-			// route. (The deadline is cleared after: a read deadline that
-			// passes also ends the request's context, as a client that
-			// went away does.)
-			rc := http.NewResponseController(w)
-			if c.Timeout > 0 {
-				rc.SetReadDeadline(time.Now().Add(c.Timeout))
-			}
-			err := replayable(r, c.RetryBodyBytes)
-			if c.Timeout > 0 {
-				rc.SetReadDeadline(time.Time{})
-			}
-			if err != nil {
-				var mb *http.MaxBytesError
-				var ne net.Error
-				switch {
-				case errors.As(err, &mb):
-					http.Error(w, fmt.Sprintf("watertight: proxy: request body is over the route's limit of %d bytes", c.MaxBodyBytes), http.StatusRequestEntityTooLarge)
-				case errors.As(err, &ne) && ne.Timeout():
-					http.Error(w, "watertight: proxy: the request body did not arrive within the route's timeout", http.StatusRequestTimeout)
-				default:
-					http.Error(w, "watertight: proxy: reading the request body: "+err.Error(), http.StatusBadRequest)
-				}
-				return
-			}
+		defer rt.bulk.Release()
+	}
+	out, err := rt.outbound(ctx, r, lis)
+	if err != nil {
+		http.Error(w, "watertight: proxy: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	res, err := rt.tr.RoundTrip(out)
+	if err != nil {
+		rt.errorHandler(w, r, err)
+		return
+	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		if err := switchProtocols(ctx, w, upgradeType(out.Header), res); err != nil {
+			watertighthttp.ProxyErrorHandler(w, r, err)
 		}
-		next.ServeHTTP(w, r)
-	})
+		return
+	}
+	respond(w, res)
 }
 
-// errRouteTimeout is the cause of a route's context when its timeout
-// passes: marked Failure, so that the host's breaker counts it.
-var errRouteTimeout = watertight.Mark(fmt.Errorf("watertight: proxy: the route's timeout passed: %w", context.DeadlineExceeded), watertight.Failure)
+// readBody bounds r's body by the route's limit and reads the part a
+// retry needs (Route.RetryBodyBytes) within the route's time: a client
+// that trickles its body cannot hold the route. The connection's read
+// deadline is the route's deadline while the body is read; it stays on a
+// body longer than the part kept, which is streamed to the upstream, and
+// is cleared after a body read whole. (A read deadline that passes also
+// ends the request's context, as a client that went away does: for a
+// streamed body that is the route's end anyway.) It answers the client
+// itself, and returns false, when the body is over the limit, too slow or
+// broken.
+func (rt *route) readBody(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
+	c := &rt.cfg
+	if c.MaxBodyBytes > 0 {
+		if r.ContentLength > c.MaxBodyBytes {
+			http.Error(w, fmt.Sprintf("watertight: proxy: request body of %d bytes is over the route's limit of %d", r.ContentLength, c.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+			return r, false
+		}
+	}
+	r2 := new(http.Request)
+	*r2 = *r
+	r = r2
+	if c.MaxBodyBytes > 0 {
+		r.Body = http.MaxBytesReader(w, r.Body, c.MaxBodyBytes)
+	}
+	rc := http.NewResponseController(w)
+	timed := c.Timeout > 0
+	if timed {
+		rc.SetReadDeadline(time.Now().Add(c.Timeout))
+	}
+	whole, err := replayable(r, c.RetryBodyBytes)
+	if timed && whole {
+		rc.SetReadDeadline(time.Time{})
+	}
+	if err != nil {
+		var mb *http.MaxBytesError
+		var ne net.Error
+		switch {
+		case errors.As(err, &mb):
+			http.Error(w, fmt.Sprintf("watertight: proxy: request body is over the route's limit of %d bytes", c.MaxBodyBytes), http.StatusRequestEntityTooLarge)
+		case errors.As(err, &ne) && ne.Timeout():
+			http.Error(w, "watertight: proxy: the request body did not arrive within the route's timeout", http.StatusRequestTimeout)
+		default:
+			http.Error(w, "watertight: proxy: reading the request body: "+err.Error(), http.StatusBadRequest)
+		}
+		return r, false
+	}
+	return r, true
+}
 
 // cleanPath reports whether p has no ".", ".." or empty segments (a
 // trailing slash aside), decoded: routes match on it, and an upstream that
@@ -478,110 +564,65 @@ func cleanPath(p string) bool {
 	if p == "" || p == "/" {
 		return true
 	}
-	for _, seg := range strings.Split(strings.TrimSuffix(p[1:], "/"), "/") {
+	p = strings.TrimSuffix(p[1:], "/")
+	for {
+		i := strings.IndexByte(p, '/')
+		seg := p
+		if i >= 0 {
+			seg = p[:i]
+		}
 		if seg == "" || seg == "." || seg == ".." {
 			return false
 		}
+		if i < 0 {
+			return true
+		}
+		p = p[i+1:]
 	}
-	return true
 }
 
 // replayable reads up to limit bytes of r's body: a body that ends within
-// them is kept, and r gets a GetBody so that a retry can send it again; a
-// longer one is streamed on (what was read, then the rest), not
-// replayable, so the request is sent once.
-func replayable(r *http.Request, limit int64) error {
+// them is kept (whole is true), and r gets a GetBody so that a retry can
+// send it again; a longer one is streamed on (what was read, then the
+// rest), not replayable, so the request is sent once. limit 0 reads
+// nothing.
+func replayable(r *http.Request, limit int64) (whole bool, err error) {
 	if limit <= 0 {
-		return nil
+		return false, nil
 	}
 	buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
-		return err
+		return false, err
 	}
 	if int64(len(buf)) <= limit {
 		r.Body.Close()
 		r.ContentLength = int64(len(buf))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 		r.Body, _ = r.GetBody()
-		return nil
+		return true, nil
 	}
 	r.Body = struct {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
-	return nil
+	return false, nil
 }
 
-// bulkheaded admits the route's requests through its bulkhead: one that
-// is full (or whose wait ends) answers 503 with the overloaded signal.
-func (rt *route) bulkheaded(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := rt.bulk.Acquire(r.Context()); err != nil {
-			switch cerr := r.Context().Err(); {
-			case errors.Is(cerr, context.Canceled):
-				return // the client went away while it waited: nobody reads an answer
-			case cerr != nil:
-				http.Error(w, "watertight: proxy: route "+rt.cfg.Name+": the request's deadline passed while it waited for the route's bulkhead", http.StatusGatewayTimeout)
-				return
-			}
-			w.Header().Set(watertighthttp.HeaderOverloaded, "true")
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, "watertight: proxy: route "+rt.cfg.Name+" is at its limit: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		defer rt.bulk.Release()
-		next.ServeHTTP(w, r)
-	})
-}
-
-// rewrite makes the upstream request: the upstream's scheme and logical
-// name (the Transport's Balancer puts a host of the pool in its place on
-// every attempt), the client's Host kept, X-Forwarded-For appended to only
-// when the client is a trusted proxy.
-func (rt *route) rewrite(pr *httputil.ProxyRequest) {
-	pr.Out.URL.Scheme = rt.up.cfg.Scheme
-	pr.Out.URL.Host = rt.up.cfg.Name
-	pr.Out.Host = pr.In.Host
-	client, _, err := net.SplitHostPort(pr.In.RemoteAddr)
-	if err != nil {
-		client = pr.In.RemoteAddr
+// refuseAdmission answers a request the route's bulkhead did not admit:
+// 503 with the overloaded signal and a Retry-After when it was full or
+// its wait ran out, 504 when the request's deadline passed while it
+// waited, nothing when the client went away.
+func (rt *route) refuseAdmission(w http.ResponseWriter, r *http.Request, ctx context.Context, err error) {
+	switch cerr := ctx.Err(); {
+	case errors.Is(r.Context().Err(), context.Canceled):
+		return // the client went away while it waited: nobody reads an answer
+	case cerr != nil:
+		http.Error(w, "watertight: proxy: route "+rt.cfg.Name+": the request's deadline passed while it waited for the route's bulkhead", http.StatusGatewayTimeout)
+		return
 	}
-	xff := client
-	if prior := pr.In.Header.Values("X-Forwarded-For"); len(prior) > 0 && rt.trusts(pr.In, client) {
-		xff = strings.Join(prior, ", ") + ", " + client
-	}
-	pr.Out.Header.Set("X-Forwarded-For", xff)
-	if pr.In.Header.Get("X-Forwarded-Host") == "" || !rt.trusts(pr.In, client) {
-		pr.Out.Header.Set("X-Forwarded-Host", pr.In.Host)
-	} else {
-		pr.Out.Header.Set("X-Forwarded-Host", pr.In.Header.Get("X-Forwarded-Host"))
-	}
-	proto := "http"
-	if pr.In.TLS != nil {
-		proto = "https"
-	}
-	pr.Out.Header.Set("X-Forwarded-Proto", proto)
-}
-
-// trusts reports whether the client address is one of the listener's
-// trusted proxies.
-func (rt *route) trusts(r *http.Request, client string) bool {
-	name, _ := r.Context().Value(listenerKey{}).(string)
-	nets := rt.trusted[name]
-	if len(nets) == 0 {
-		return false
-	}
-	a, err := netip.ParseAddr(client)
-	if err != nil {
-		return false
-	}
-	a = a.Unmap()
-	for _, p := range nets {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	w.Header().Set(watertighthttp.HeaderOverloaded, "true")
+	w.Header().Set("Retry-After", retryAfterValue(rt.drainTime()))
+	http.Error(w, "watertight: proxy: route "+rt.cfg.Name+" is at its limit: "+err.Error(), http.StatusServiceUnavailable)
 }
 
 // errorHandler answers a request the upstream could not: the route's
@@ -597,6 +638,9 @@ func (rt *route) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 		http.Error(w, fmt.Sprintf("watertight: proxy: request body is over the route's limit of %d bytes", mb.Limit), http.StatusRequestEntityTooLarge)
 		return
 	}
+	if fb := rt.cfg.Fallback; fb == nil && (watertight.IsRejection(err) || watertight.IsOverloaded(err)) {
+		w.Header().Set("Retry-After", retryAfterValue(rt.upstreamBack(err)))
+	}
 	if fb := rt.cfg.Fallback; fb != nil {
 		w.Header().Set("Content-Type", fb.ContentType)
 		w.Header().Set("Content-Length", strconv.Itoa(len(fb.Body)))
@@ -608,18 +652,59 @@ func (rt *route) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 	watertighthttp.ProxyErrorHandler(w, r, err)
 }
 
-// bufferPool lends ReverseProxy its 32 KiB copy buffers.
-type bufferPool struct{}
+// exchange is the ResponseWriter the guards and proxy see: the client's,
+// recording the status and the bytes of the answer for the access log,
+// and carrying the listener the request came in on. Unwrap lets
+// http.ResponseController reach the connection (flushes, read deadlines,
+// an Upgrade's hijack). Exchanges are pooled: nothing keeps one after its
+// request's serve returns.
+type exchange struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+	lis    *listenerRoute
+}
 
-var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+var exchanges = sync.Pool{New: func() any { return new(exchange) }}
 
-func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
-func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+func (x *exchange) WriteHeader(code int) {
+	if x.status == 0 || x.status < 200 {
+		x.status = code
+	}
+	x.ResponseWriter.WriteHeader(code)
+}
+
+func (x *exchange) Write(p []byte) (int, error) {
+	if x.status == 0 {
+		x.status = http.StatusOK
+	}
+	n, err := x.ResponseWriter.Write(p)
+	x.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap returns the ResponseWriter it wraps.
+func (x *exchange) Unwrap() http.ResponseWriter { return x.ResponseWriter }
+
+// Flush flushes the answer, for handlers that assert http.Flusher.
+func (x *exchange) Flush() {
+	if f, ok := x.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+		return
+	}
+	http.NewResponseController(x.ResponseWriter).Flush()
+}
 
 // Close closes the idle connections to the upstreams. Run does it when it
 // returns; call it when you serve Handler yourself and are done.
 func (g *Gateway) Close() {
 	for _, up := range g.tab.Load().ups {
-		up.base.CloseIdleConnections()
+		closeIdle(up.base)
+	}
+}
+
+func closeIdle(rt http.RoundTripper) {
+	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
 	}
 }

@@ -126,3 +126,45 @@ routes:
 		t.Fatalf("three route timeouts: breaker %s, want open", st)
 	}
 }
+
+// A body that streams past the route's limit is the client's doing: the
+// client gets 413, and the host's breaker and the Balancer count nothing
+// against the host (the upstream saw a body cut short, through no fault
+// of its own).
+func TestStreamedBodyOverLimitIsNotTheHosts(t *testing.T) {
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) })
+	g, srv := front(t, listener+fmt.Sprintf(`
+breakers:
+  per-host: {consecutive_failures: 2}
+upstreams:
+  a: {hosts: [%s], breaker: per-host, consecutive_errors: 2}
+routes:
+  r: {upstream: a, max_body_bytes: 1000, retry_body_bytes: 100}
+`, b.host))
+	c := client(t)
+	for range 4 {
+		// No Content-Length: the limit is found while the body streams,
+		// after the first 100 bytes went upstream.
+		req, _ := http.NewRequest("POST", srv.URL+"/upload", struct{ io.Reader }{strings.NewReader(strings.Repeat("x", 5000))})
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("5000 streamed bytes over a limit of 1000: %d", resp.StatusCode)
+		}
+	}
+	st := g.State().Upstreams[0]
+	if br := st.Breakers[0]; br.State != "closed" {
+		t.Fatalf("bodies over the limit moved the host's breaker to %s (%s)", br.State, br.Reason)
+	}
+	for _, h := range st.Balance.Hosts {
+		if h.Ejected {
+			t.Fatalf("bodies over the limit ejected host %s", h.Addr)
+		}
+	}
+	if code, _, _ := get(t, c, "GET", srv.URL+"/", nil, ""); code != 200 {
+		t.Fatalf("a GET after them: %d", code)
+	}
+}

@@ -25,10 +25,10 @@ type balancedAttempt struct {
 
 // roundTripBalanced is RoundTrip with TransportConfig.Balancer: the retry
 // policy around the pick of a host and that host's protections.
-func (t *Transport) roundTripBalanced(ctx context.Context, req *http.Request) (*http.Response, error) {
+func (t *Transport) roundTripBalanced(ctx context.Context, req *http.Request, total time.Time) (*http.Response, error) {
 	p := t.outer
 	pipe := p.choose(ctx, req)
-	b := &balancedAttempt{attempt: attempt{t: t, req: req}, orig: req}
+	b := &balancedAttempt{attempt: attempt{t: t, req: req, total: total}, orig: req}
 	resp, err := watertight.Do(ctx, pipe, b.do)
 	return t.result(ctx, req, p, pipe, &b.attempt, resp, err)
 }
@@ -41,12 +41,18 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 	var err error
 	var refused []*balance.Host // hosts that refused this attempt
 	for h := t.balancer.Pick(avoid); h != nil; h = b.next(avoid, refused) {
-		ru := new(requestURL) // the attempt's request and URL, one allocation
-		ru.r, ru.u = *b.orig, *b.orig.URL
-		ru.u.Host = h.Addr()
-		ru.r.URL = &ru.u
-		r := &ru.r
-		p, perr := t.pipes(r)
+		r := b.orig
+		if t.key != nil {
+			// Key sees the attempt's request, to the picked host.
+			ru := new(requestURL) // the attempt's request and URL, one allocation
+			ru.r, ru.u = *b.orig, *b.orig.URL
+			ru.u.Host = h.Addr()
+			ru.r.URL = &ru.u
+			r = &ru.r
+		} else {
+			b.addr = h.Addr() // attempt.do's copy of the request goes there
+		}
+		p, perr := t.pipesFor(r, h.Addr())
 		if perr != nil {
 			h.Done(watertight.Ignored, 0)
 			return nil, perr
@@ -60,7 +66,7 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 		} else {
 			resp, err = b.attempt.do(ctx)
 		}
-		b.req = b.orig
+		b.req, b.addr = b.orig, ""
 		if b.n == sent {
 			// Refused before it was sent: this host's breaker is open, or
 			// its bulkhead or limit is full. Another host may take it.

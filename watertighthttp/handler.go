@@ -412,7 +412,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		crit = c
 		ctx = WithCriticality(ctx, crit)
 	}
-	r = r.WithContext(ctx)
+	if ctx != r.Context() {
+		r = r.WithContext(ctx)
+	}
 
 	if err := h.deadline.Check(ctx); err != nil {
 		h.shed(w, r, "", err, "the request's deadline is too short to start it: "+err.Error(), false)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,6 +143,27 @@ type TransportConfig struct {
 	// the request has, as with Envoy's per_try_timeout unset (a default
 	// would cut long downloads and streams short). Negative is an error.
 	AttemptTimeout time.Duration
+	// Timeout bounds a request from the start of RoundTrip to the end of
+	// its answer's body, every attempt and every wait between attempts
+	// included (Envoy's route timeout), inside the request context's
+	// deadline. A request that runs out of it fails with an error matching
+	// ErrTimeout and context.DeadlineExceeded, which counts as a failure on
+	// the breaker and on the Balancer's host: unlike the caller's own
+	// deadline, it is the host's to meet. The retry policy sees it as the
+	// request's deadline (no retry that cannot finish in the time left).
+	// It is enforced by each attempt's context, whose deadline is the
+	// nearest of Timeout, AttemptTimeout and the caller's deadline, so that
+	// a request costs one timer per attempt, not one more for the whole.
+	// Zero means none; negative is an error.
+	Timeout time.Duration
+	// OwnsRequests says that each request given to RoundTrip was made for
+	// that call alone and is dropped by the caller after it, as a reverse
+	// proxy's outgoing requests are: the first attempt then sets the
+	// Transport's headers on the request's own header map instead of a
+	// copy of it, saving the copy (retries still send copies). The caller
+	// must not use the request's header during or after RoundTrip. Value
+	// slices are never modified.
+	OwnsRequests bool
 	// Deadline sends the time left before the request context's deadline,
 	// minus a margin, on every attempt. If nil,
 	// deadline.New(deadline.DefaultConfig()).
@@ -220,6 +242,8 @@ type Transport struct {
 
 	endpoints *endpointTable // the default Key's; nil with Config.Key or MaxEndpoints < 0
 	attemptTO time.Duration  // Config.AttemptTimeout; 0: none
+	total     time.Duration  // Config.Timeout; 0: none
+	owns      bool           // Config.OwnsRequests
 
 	idem, once, single *retry.Policy
 	retryable          func(error) bool
@@ -301,6 +325,9 @@ func defaultBase(connect time.Duration) http.RoundTripper {
 // NewTransport returns a Transport for cfg, or an error naming the invalid
 // field.
 func NewTransport(cfg TransportConfig) (*Transport, error) {
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("watertighthttp: TransportConfig.Timeout must be >= 0 (0 means none), got %v", cfg.Timeout)
+	}
 	if cfg.AttemptTimeout < 0 {
 		return nil, fmt.Errorf("watertighthttp: TransportConfig.AttemptTimeout must be >= 0 (0 means none), got %v", cfg.AttemptTimeout)
 	}
@@ -321,6 +348,8 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		name:      cfg.Name,
 		retryable: cfg.Retry.Retryable,
 		attemptTO: cfg.AttemptTimeout,
+		total:     cfg.Timeout,
+		owns:      cfg.OwnsRequests,
 	}
 	if t.base == nil {
 		ct := cfg.ConnectTimeout
@@ -464,10 +493,16 @@ func (t *Transport) build(key string, host, b *circuit.Breaker, h *bulkhead.Bulk
 // pipelines are checked against the registries once, and rebuilt if the
 // key's breaker or bulkhead was replaced.
 func (t *Transport) pipes(req *http.Request) (*pipes, error) {
+	return t.pipesFor(req, req.URL.Host)
+}
+
+// pipesFor is pipes for req sent to host (a Balancer's pick) in place of
+// its URL's host; with Config.Key, req must already carry host.
+func (t *Transport) pipesFor(req *http.Request, addr string) (*pipes, error) {
 	if t.shared != nil {
 		return t.shared, nil
 	}
-	key, hostKey := t.keyOf(req)
+	key, hostKey := t.keyOf(req, addr)
 	gen := t.generation() // before the registries' Gets: see Generation
 	kept, g, ok := t.cache.Get(key)
 	if ok && g == gen {
@@ -505,18 +540,19 @@ func (t *Transport) pipes(req *http.Request) (*pipes, error) {
 	return p, nil
 }
 
-// keyOf returns req's key (Config.Key, or its endpoint's) and, with the
-// default Key and breakers, the key of its host's breaker ("" for none).
-func (t *Transport) keyOf(req *http.Request) (key, host string) {
+// keyOf returns the key of req sent to addr (Config.Key, or its
+// endpoint's) and, with the default Key and breakers, the key of its
+// host's breaker ("" for none).
+func (t *Transport) keyOf(req *http.Request, addr string) (key, host string) {
 	switch {
 	case t.key != nil:
 		return t.key(req), ""
 	case t.endpoints == nil:
-		return req.URL.Host, ""
+		return addr, ""
 	}
-	key = t.endpoints.key(req.URL.Host, req.URL.Path)
+	key = t.endpoints.key(addr, req.URL.Path)
 	if t.breakers != nil {
-		host = req.URL.Host
+		host = addr
 	}
 	return key, host
 }
@@ -564,9 +600,9 @@ func closeBody(req *http.Request) {
 
 // RoundTrip implements http.RoundTripper; see Transport for what it returns.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	ctx := req.Context()
+	ctx, total := t.withTotal(req.Context())
 	if t.balancer != nil {
-		return t.roundTripBalanced(ctx, req)
+		return t.roundTripBalanced(ctx, req, total)
 	}
 	p, err := t.pipes(req)
 	if err != nil {
@@ -574,10 +610,48 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	pipe := p.choose(ctx, req)
-	a := attempt{t: t, req: req}
+	a := attempt{t: t, req: req, total: total}
 	resp, err := watertight.Do(ctx, pipe, a.do)
 	return t.result(ctx, req, p, pipe, &a, resp, err)
 }
+
+// withTotal returns the context a request's pipeline runs under and the
+// deadline of TransportConfig.Timeout (zero when there is none, or when
+// the caller's own deadline comes first and governs). With a Timeout, the
+// context is a deadlineView: the retry policy sees the request's deadline
+// in it, and each attempt's context (attempt.do) enforces it.
+func (t *Transport) withTotal(ctx context.Context) (context.Context, time.Time) {
+	if t.total <= 0 {
+		return ctx, time.Time{}
+	}
+	total := time.Now().Add(t.total)
+	if dl, ok := ctx.Deadline(); ok && !total.Before(dl) {
+		return ctx, time.Time{}
+	}
+	return &deadlineView{Context: ctx, dl: total}, total
+}
+
+// deadlineView is a context whose Deadline is dl, earlier than its
+// parent's, and which is otherwise its parent: it does not end at dl by
+// itself. The Transport hands it to its pipelines (whose policies all
+// pass their context on as it is), so that the retry policy plans within
+// TransportConfig.Timeout; each attempt's context, made from the parent
+// (attempt.do), has a deadline no later than dl and ends there. A request
+// thus pays for one timer per attempt rather than one more for the whole.
+type deadlineView struct {
+	context.Context
+	dl time.Time
+}
+
+func (v *deadlineView) Deadline() (time.Time, bool) { return v.dl, true }
+
+// ErrTimeout is matched (errors.Is) by the error of a request that ran out
+// of TransportConfig.Timeout, and is the cause (context.Cause) of its
+// attempt's context then. It is marked watertight.Failure: the breaker and
+// the Balancer count it against the host.
+var ErrTimeout = errTimeout
+
+var errTimeout = watertight.Mark(errors.New("watertighthttp: request timed out (TransportConfig.Timeout)"), watertight.Failure)
 
 // choose returns the pipeline for req: retrying if it is idempotent and its
 // body can be replayed, sent once otherwise.
@@ -654,6 +728,8 @@ func (t *Transport) wouldRetry(err error) bool {
 type attempt struct {
 	t        *Transport
 	req      *http.Request
+	addr     string       // the host a Balancer picked, put in the URL of the attempt's request; "": req's own
+	total    time.Time    // TransportConfig.Timeout's deadline; zero: none
 	n        int          // attempts started
 	bodySent bool         // req.Body went to the inner transport
 	last     *StatusError // the last attempt's HTTP answer, if it was one
@@ -781,24 +857,45 @@ const inlineValues = 6
 // inlineValues values costs one allocation for both.
 type requestCopy struct {
 	r    http.Request
+	u    url.URL
 	vals [inlineValues]string
 }
 
 // copyRequest returns a shallow copy of req under ctx
-// (http.Request.WithContext) whose header is a copy of req's with room for
-// extra more entries (see copyHeader).
-func copyRequest(ctx context.Context, req *http.Request, extra int) *http.Request {
-	nv := headerValues(req.Header)
-	if nv == 0 || nv > inlineValues {
+// (http.Request.WithContext), sent to addr when it is not empty (a copy of
+// the URL with that host), whose header is a copy of req's with room for
+// extra more entries (see copyHeader), or req's own header when inPlace
+// (TransportConfig.OwnsRequests, first attempt). Request, URL and up to
+// inlineValues header values take one allocation.
+func copyRequest(ctx context.Context, req *http.Request, addr string, extra int, inPlace bool) *http.Request {
+	inPlace = inPlace && req.Header != nil
+	nv := 0
+	if !inPlace {
+		nv = headerValues(req.Header)
+	}
+	if addr == "" && (inPlace || nv == 0 || nv > inlineValues) {
 		r := req.WithContext(ctx)
-		r.Header = copyHeader(req.Header, extra, nil)
+		if !inPlace {
+			r.Header = copyHeader(req.Header, extra, nil)
+		}
 		return r
 	}
 	c := new(requestCopy)
 	// WithContext is inlined and its result does not escape: the copy it
 	// makes stays on the stack.
 	c.r = *req.WithContext(ctx)
-	c.r.Header = copyHeader(req.Header, extra, c.vals[:nv:nv])
+	if addr != "" {
+		c.u = *req.URL
+		c.u.Host = addr
+		c.r.URL = &c.u
+	}
+	switch {
+	case inPlace:
+	case nv > 0 && nv <= inlineValues:
+		c.r.Header = copyHeader(req.Header, extra, c.vals[:nv:nv])
+	default:
+		c.r.Header = copyHeader(req.Header, extra, nil)
+	}
 	return &c.r
 }
 
@@ -854,12 +951,24 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 		}
 		body = b
 	}
-	// The attempt timeout, fitted inside the time left: when less is left,
-	// the caller's deadline governs and no context is made.
+	// The attempt's deadline: the nearest of the attempt timeout and the
+	// request's Timeout, made on the caller's context (never on the
+	// deadlineView, whose deadline only says when). When the caller's own
+	// deadline comes first, it governs and no context is made.
 	actx, cancel := ctx, context.CancelFunc(nil)
+	parent := ctx
+	if v, ok := ctx.(*deadlineView); ok {
+		actx, parent = v.Context, v.Context
+	}
+	dl, cause := a.total, errTimeout
 	if d := a.t.attemptTO; d > 0 {
-		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d {
-			actx, cancel = context.WithTimeoutCause(ctx, d, ErrAttemptTimeout)
+		if adl := time.Now().Add(d); dl.IsZero() || adl.Before(dl) {
+			dl, cause = adl, ErrAttemptTimeout
+		}
+	}
+	if !dl.IsZero() {
+		if pdl, ok := parent.Deadline(); !ok || dl.Before(pdl) {
+			actx, cancel = context.WithDeadlineCause(parent, dl, cause)
 		}
 	}
 	ms, ok, err := a.t.dl.OutgoingMillis(actx)
@@ -875,7 +984,7 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 	if ok {
 		extra++
 	}
-	r := copyRequest(actx, a.req, extra)
+	r := copyRequest(actx, a.req, a.addr, extra, a.t.owns && a.n == 1)
 	if body != nil {
 		r.Body = body
 	}
@@ -896,10 +1005,14 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 	resp, err := a.t.base.RoundTrip(r)
 	if cancel != nil {
 		if err != nil {
-			timedOut := ctx.Err() == nil && context.Cause(actx) == ErrAttemptTimeout
+			cause := context.Cause(actx)
+			live := parent.Err() == nil
 			cancel()
-			if timedOut {
+			switch {
+			case live && cause == ErrAttemptTimeout:
 				return nil, &attemptTimeoutError{d: a.t.attemptTO, err: err}
+			case live && cause == errTimeout:
+				return nil, &timeoutError{d: a.t.total, err: err}
 			}
 		} else {
 			releaseWith(resp, cancel)
@@ -937,6 +1050,26 @@ func (e *attemptTimeoutError) Unwrap() []error {
 }
 func (e *attemptTimeoutError) Timeout() bool   { return true }
 func (e *attemptTimeoutError) Transient() bool { return true }
+
+// timeoutError is the error of a request that ran out of
+// TransportConfig.Timeout: it matches ErrTimeout (and so counts as the
+// host's Failure), context.DeadlineExceeded and the inner transport's
+// error.
+type timeoutError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *timeoutError) Error() string {
+	s := "watertighthttp: request timed out after " + e.d.String() + " (TransportConfig.Timeout)"
+	if e.err.Error() != errTimeout.Error() {
+		s += ": " + e.err.Error()
+	}
+	return s
+}
+
+func (e *timeoutError) Unwrap() []error { return []error{errTimeout, context.DeadlineExceeded, e.err} }
+func (e *timeoutError) Timeout() bool   { return true }
 
 // releaseWith has resp's body call release when it is closed or read to its
 // end, so that the attempt's context lives as long as its body. A body that
