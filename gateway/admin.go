@@ -112,7 +112,9 @@ func breakerState(b circuit.Snapshot) BreakerState {
 // Admin returns the admin listener's handler: /metrics (Prometheus),
 // /healthz (the process is up), /readyz (it serves: 503 while it starts
 // and drains), /config (the effective configuration), /state (State as
-// JSON) and /debug/pprof/ (Go's profiles). It is read-only.
+// JSON), /dashboard/ (the live page of every breaker, bulkhead, budget
+// and balancer: package dashboard) and /debug/pprof/ (Go's profiles). It
+// is read-only.
 func (g *Gateway) Admin() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", watertightprom.Handler(g.prom))
@@ -142,6 +144,7 @@ func (g *Gateway) Admin() http.Handler {
 	mux.HandleFunc("GET /state", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, g.State())
 	})
+	mux.Handle("/dashboard/", http.StripPrefix("/dashboard", g.dash))
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)

@@ -26,7 +26,9 @@ import (
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/contrib/watertightconfig"
 	"github.com/watertight-go/watertight/contrib/watertightprom"
+	"github.com/watertight-go/watertight/dashboard"
 	"github.com/watertight-go/watertight/retry"
+	"github.com/watertight-go/watertight/watch"
 	"github.com/watertight-go/watertight/watertighthttp"
 )
 
@@ -62,6 +64,10 @@ type Gateway struct {
 	lis  watertight.Listener
 	reg  *watertightconfig.Registry
 	prom *watertightprom.Collector
+	// watched is every protection of the gateway, registered once for
+	// /metrics and the dashboard.
+	watched *watch.Set
+	dash    *dashboard.Dashboard
 	tab  atomic.Pointer[table]
 	mu   sync.Mutex // one Reload at a time
 
@@ -143,12 +149,17 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if g.opts.WatchInterval == 0 {
 		g.opts.WatchInterval = 2 * time.Second
 	}
-	prom, err := watertightprom.NewCollector(watertightprom.Config{})
+	g.watched = new(watch.Set)
+	prom, err := watertightprom.NewCollector(watertightprom.Config{Sources: g.watched})
 	if err != nil {
 		return nil, err
 	}
 	g.prom = prom
-	g.lis = watertight.Listeners(prom, opts.Listener, watertight.ListenerFunc(g.logEvent))
+	g.dash, err = dashboard.New(dashboard.Config{Sources: g.watched, Title: "watertight proxy"})
+	if err != nil {
+		return nil, err
+	}
+	g.lis = watertight.Listeners(prom, g.dash, opts.Listener, watertight.ListenerFunc(g.logEvent))
 	reg, err := watertightconfig.NewRegistry(cfg.Library, watertightconfig.Options{Listener: g.lis})
 	if err != nil {
 		return nil, err
@@ -188,6 +199,7 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 			}
 			up.bal = bal
 		}
+		t.metrics["balancer/"+name] = g.watched.AddBalancer(up.bal)
 		if g.opts.testBase != nil {
 			up.base = g.opts.testBase
 		} else if prev != nil && prev.cfg.ConnectTimeout == u.ConnectTimeout && prev.cfg.ServerName == u.ServerName {
@@ -695,12 +707,14 @@ func (x *exchange) Flush() {
 	http.NewResponseController(x.ResponseWriter).Flush()
 }
 
-// Close closes the idle connections to the upstreams. Run does it when it
-// returns; call it when you serve Handler yourself and are done.
+// Close closes the idle connections to the upstreams and ends the
+// dashboard's open pages. Run does it when it returns; call it when you
+// serve Handler and Admin yourself and are done.
 func (g *Gateway) Close() {
 	for _, up := range g.tab.Load().ups {
 		closeIdle(up.base)
 	}
+	g.dash.Close()
 }
 
 func closeIdle(rt http.RoundTripper) {
