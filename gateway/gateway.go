@@ -68,8 +68,8 @@ type Gateway struct {
 	// /metrics and the dashboard.
 	watched *watch.Set
 	dash    *dashboard.Dashboard
-	tab  atomic.Pointer[table]
-	mu   sync.Mutex // one Reload at a time
+	tab     atomic.Pointer[table]
+	mu      sync.Mutex // one Reload at a time
 
 	stamp            string // Options.ConfigPath's fileStamp when New ran
 	ready            atomic.Bool
