@@ -182,6 +182,23 @@ type Listener interface {
 	OnEvent(Event)
 }
 
+// Wants reports whether l takes events of kind k: true for any non-nil
+// listener, unless l has a method Wants(EventKind) bool that says no.
+// Emitters of events sent on every call (a bulkhead's EventAcquired and
+// EventReleased) ask it once, when they are built, and send those to no
+// listener that declines them, so that a listener which counts rejections
+// and reads state from snapshots (the metrics exporters, the dashboard)
+// adds nothing to a call that succeeds.
+func Wants(l Listener, k EventKind) bool {
+	if l == nil {
+		return false
+	}
+	if f, ok := l.(interface{ Wants(EventKind) bool }); ok {
+		return f.Wants(k)
+	}
+	return true
+}
+
 // ListenerFunc adapts a function to a Listener.
 type ListenerFunc func(Event)
 
@@ -211,8 +228,26 @@ type multiListener []Listener
 
 func (m multiListener) OnEvent(e Event) {
 	for _, l := range m {
-		l.OnEvent(e)
+		if wantsAll(l) || Wants(l, e.Kind) {
+			l.OnEvent(e)
+		}
 	}
+}
+
+// Wants reports whether any of the listeners wants kind k.
+func (m multiListener) Wants(k EventKind) bool {
+	for _, l := range m {
+		if Wants(l, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// wantsAll reports whether l takes every kind (it has no Wants method).
+func wantsAll(l Listener) bool {
+	_, ok := l.(interface{ Wants(EventKind) bool })
+	return !ok
 }
 
 // Emit sends e to l if l is not nil, filling e.Time with the current time
@@ -266,6 +301,9 @@ func (a *AsyncListener) run() {
 		}
 	}
 }
+
+// Wants reports whether the listener it delivers to wants kind k.
+func (a *AsyncListener) Wants(k EventKind) bool { return a.next != nil && Wants(a.next, k) }
 
 // OnEvent queues e, or drops it when the queue is full or the listener is
 // closed.

@@ -126,3 +126,43 @@ func ExampleListenerFunc() {
 	watertight.Emit(l, watertight.Event{Kind: watertight.EventStateChange, Source: "circuit", Name: "payments", From: "closed", To: "open"})
 	// Output: circuit payments state_change closed -> open
 }
+
+// decliner takes only state changes.
+type decliner struct{ got []watertight.EventKind }
+
+func (d *decliner) OnEvent(e watertight.Event) { d.got = append(d.got, e.Kind) }
+func (d *decliner) Wants(k watertight.EventKind) bool {
+	return k == watertight.EventStateChange
+}
+
+func TestWants(t *testing.T) {
+	var all []watertight.EventKind
+	plain := watertight.ListenerFunc(func(e watertight.Event) { all = append(all, e.Kind) })
+	d := &decliner{}
+	switch {
+	case watertight.Wants(nil, watertight.EventAcquired):
+		t.Fatal("a nil listener wants events")
+	case !watertight.Wants(plain, watertight.EventAcquired):
+		t.Fatal("a listener without Wants declines events")
+	case watertight.Wants(d, watertight.EventAcquired) || !watertight.Wants(d, watertight.EventStateChange):
+		t.Fatal("Wants does not ask the listener")
+	}
+	only := watertight.Listeners(d, &decliner{})
+	if watertight.Wants(only, watertight.EventAcquired) {
+		t.Fatal("listeners that all decline a kind want it together")
+	}
+	both := watertight.Listeners(d, plain)
+	if !watertight.Wants(both, watertight.EventAcquired) {
+		t.Fatal("listeners of which one wants a kind decline it together")
+	}
+	both.OnEvent(watertight.Event{Kind: watertight.EventAcquired})
+	both.OnEvent(watertight.Event{Kind: watertight.EventStateChange})
+	if len(d.got) != 1 || d.got[0] != watertight.EventStateChange || len(all) != 2 {
+		t.Fatalf("each listener gets what it wants: decliner %v, plain %v", d.got, all)
+	}
+	a := watertight.NewAsyncListener(&decliner{}, 4)
+	defer a.Close()
+	if watertight.Wants(a, watertight.EventAcquired) || !watertight.Wants(a, watertight.EventStateChange) {
+		t.Fatal("an AsyncListener wants what the listener it delivers to wants")
+	}
+}

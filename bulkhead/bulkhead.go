@@ -93,7 +93,9 @@ type Config struct {
 	// Acquire that fails because the bulkhead is full and every TryAcquire
 	// that returns false, an EventRejected for an AcquireN refused with
 	// ErrTooMany, and an EventAcquired and an EventReleased for every
-	// permit (or every n permits) taken and given back. Events have
+	// permit (or every n permits) taken and given back, unless the
+	// listener says it does not want those (watertight.Wants: the
+	// metrics exporters and the dashboard read Snapshot instead). Events have
 	// Source "bulkhead", Name this Name (in a Registry: the registry's
 	// Name, and Key the bulkhead's key), Err the error Acquire returns and
 	// Reason in words. An Acquire whose context ends sends none. It is
@@ -176,8 +178,11 @@ type Bulkhead struct {
 	maxWait atomic.Int64  // MaxWait; read when the fast path fails
 	errFull error         // ErrFull, labelled with the name
 	errMany error         // ErrTooMany, labelled with the name
-	// listener is read on every call, to send EventAcquired and
-	// EventReleased: with none, that is one load and a branch.
+	// perCall is read on every call, to send EventAcquired and
+	// EventReleased: the listener if it wants them
+	// (watertight.Wants), else nil; with none, that is one load and a
+	// branch.
+	perCall  watertight.Listener
 	listener watertight.Listener
 
 	// The hint word. Bit hintFull: set when an acquirer found every cell
@@ -241,6 +246,7 @@ func newBulkhead(cfg Config) *Bulkhead {
 		shift:    shift,
 		name:     cfg.Name,
 		listener: cfg.Listener,
+		perCall:  perCallListener(cfg.Listener),
 		evName:   cfg.Name,
 		errFull:  label(cfg.Name, ErrFull),
 		errMany:  label(cfg.Name, ErrTooMany),
@@ -396,7 +402,7 @@ func (b *Bulkhead) emitRejected(err error) error {
 //
 //go:noinline
 func (b *Bulkhead) emitAcquired(n int, d time.Duration) {
-	watertight.Emit(b.listener, watertight.Event{
+	watertight.Emit(b.perCall, watertight.Event{
 		Kind: watertight.EventAcquired, Source: source, Name: b.evName, Key: b.evKey, Permits: n, Delay: d,
 	})
 }
@@ -406,9 +412,18 @@ func (b *Bulkhead) emitAcquired(n int, d time.Duration) {
 //
 //go:noinline
 func (b *Bulkhead) emitReleased(n int) {
-	watertight.Emit(b.listener, watertight.Event{
+	watertight.Emit(b.perCall, watertight.Event{
 		Kind: watertight.EventReleased, Source: source, Name: b.evName, Key: b.evKey, Permits: n,
 	})
+}
+
+// perCallListener is l if it wants the per-call events (EventAcquired and
+// EventReleased), else nil.
+func perCallListener(l watertight.Listener) watertight.Listener {
+	if l != nil && (watertight.Wants(l, watertight.EventAcquired) || watertight.Wants(l, watertight.EventReleased)) {
+		return l
+	}
+	return nil
 }
 
 // source is the Source of the package's events.
@@ -445,7 +460,7 @@ func (b *Bulkhead) acquire(ctx context.Context, addr uintptr) (int, error) {
 		return -1, b.canceledErr(ctx)
 	}
 	if i := b.tryFast(addr); i >= 0 {
-		if b.listener != nil {
+		if b.perCall != nil {
 			b.emitAcquired(1, 0)
 		}
 		return i, nil
@@ -496,7 +511,7 @@ func (b *Bulkhead) acquireMany(ctx context.Context, n int) error {
 	}
 	if _, ok := b.gather(n); ok {
 		b.acquiredSlow.Add(1)
-		if b.listener != nil {
+		if b.perCall != nil {
 			b.emitAcquired(n, 0)
 		}
 		return nil
@@ -529,7 +544,7 @@ func (b *Bulkhead) TryAcquireN(n int) bool {
 	}
 	if _, ok := b.gather(n); ok {
 		b.acquiredSlow.Add(1)
-		if b.listener != nil {
+		if b.perCall != nil {
 			b.emitAcquired(n, 0)
 		}
 		return true
@@ -625,7 +640,7 @@ func (b *Bulkhead) TryAcquire() bool {
 // tryAcquire is TryAcquire for the goroutine whose stack holds addr.
 func (b *Bulkhead) tryAcquire(addr uintptr) bool {
 	if b.tryFast(addr) >= 0 {
-		if b.listener != nil {
+		if b.perCall != nil {
 			b.emitAcquired(1, 0)
 		}
 		return true
@@ -747,7 +762,7 @@ func (b *Bulkhead) ReleaseN(n int) {
 		panic("bulkhead: ReleaseN: n must be at least 1")
 	}
 	b.releaseMany(b.index(addr, b.seed.Load()), n)
-	if b.listener != nil {
+	if b.perCall != nil {
 		b.emitReleased(n)
 	}
 }
@@ -755,7 +770,7 @@ func (b *Bulkhead) ReleaseN(n int) {
 // releaseAt is Release for the goroutine whose stack holds addr.
 func (b *Bulkhead) releaseAt(addr uintptr) {
 	b.release(b.index(addr, b.seed.Load()))
-	if b.listener != nil {
+	if b.perCall != nil {
 		b.emitReleased(1)
 	}
 }
@@ -964,7 +979,7 @@ func (b *Bulkhead) wait(ctx context.Context, n int) (int, error) {
 // the cell. start is when it began to wait, if there is a listener.
 func (b *Bulkhead) granted(w *waiter, start time.Time) int {
 	b.acquiredSlow.Add(1)
-	if b.listener != nil {
+	if b.perCall != nil {
 		b.emitAcquired(w.n, time.Since(start))
 	}
 	return w.cell
@@ -1213,7 +1228,7 @@ func (b *Bulkhead) Exit(_ context.Context, t watertight.Ticket, err error) error
 		return err
 	}
 	b.release(t.Seq - 1)
-	if b.listener != nil {
+	if b.perCall != nil {
 		b.emitReleased(1)
 	}
 	return err

@@ -1024,3 +1024,34 @@ func TestMixedConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// stateOnly declines the per-call events.
+type stateOnly struct{ kinds []watertight.EventKind }
+
+func (s *stateOnly) OnEvent(e watertight.Event) { s.kinds = append(s.kinds, e.Kind) }
+func (s *stateOnly) Wants(k watertight.EventKind) bool {
+	return k != watertight.EventAcquired && k != watertight.EventReleased
+}
+
+// A listener that declines the per-call events (watertight.Wants) gets
+// none, and still gets the refusals.
+func TestListenerDecliningPerCallEvents(t *testing.T) {
+	l := &stateOnly{}
+	b, err := bulkhead.New(bulkhead.Config{Name: "b", MaxConcurrent: 1, Listener: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.TryAcquire() {
+		t.Fatal("no permit")
+	}
+	if b.TryAcquire() {
+		t.Fatal("a second permit")
+	}
+	b.Release()
+	if len(l.kinds) != 1 || l.kinds[0] != watertight.EventBulkheadFull {
+		t.Fatalf("events %v, want only the refusal", l.kinds)
+	}
+	if a := testing.AllocsPerRun(100, func() { b.TryAcquire(); b.Release() }); a != 0 {
+		t.Fatalf("acquire and release: %v allocations", a)
+	}
+}

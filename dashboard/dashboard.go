@@ -158,6 +158,14 @@ func New(cfg Config) (*Dashboard, error) {
 // Sources returns the set the Dashboard reads (Config.Sources, or its own).
 func (d *Dashboard) Sources() *watch.Set { return d.cfg.Sources }
 
+// Wants declines the events sent on every call (EventAcquired,
+// EventReleased): what they would count is read from the protections'
+// snapshots, so that a call that succeeds costs nothing here (see
+// watertight.Wants).
+func (d *Dashboard) Wants(k watertight.EventKind) bool {
+	return k != watertight.EventAcquired && k != watertight.EventReleased
+}
+
 // OnEvent implements watertight.Listener. With no page open it returns after
 // one atomic load, except for state changes, which it keeps (a short lock)
 // for the timeline and the breakers' trip codes. With a page open it also

@@ -159,7 +159,7 @@ func New(cfg *Config, opts Options) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g.lis = watertight.Listeners(prom, g.dash, opts.Listener, watertight.ListenerFunc(g.logEvent))
+	g.lis = watertight.Listeners(prom, g.dash, opts.Listener, stateLog{g})
 	reg, err := watertightconfig.NewRegistry(cfg.Library, watertightconfig.Options{Listener: g.lis})
 	if err != nil {
 		return nil, err
@@ -371,6 +371,14 @@ func listenAddresses(c *Config) map[string]any {
 	}
 	return m
 }
+
+// stateLog is the listener that logs the state changes of every
+// protection, and wants no other event.
+type stateLog struct{ g *Gateway }
+
+func (l stateLog) Wants(k watertight.EventKind) bool { return k == watertight.EventStateChange }
+
+func (l stateLog) OnEvent(e watertight.Event) { l.g.logEvent(e) }
 
 // logEvent logs the state changes of every protection.
 func (g *Gateway) logEvent(e watertight.Event) {

@@ -429,6 +429,8 @@ type keyedListener struct {
 	next watertight.Listener
 }
 
+func (k *keyedListener) Wants(kind watertight.EventKind) bool { return watertight.Wants(k.next, kind) }
+
 func (k *keyedListener) OnEvent(e watertight.Event) {
 	if e.Key == "" {
 		e.Key = k.key

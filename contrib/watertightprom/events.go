@@ -6,6 +6,14 @@ import (
 	"github.com/watertight-go/watertight/contrib/internal/eventcount"
 )
 
+// Wants declines the events sent on every call (EventAcquired,
+// EventReleased): what they would count is read from the protections'
+// snapshots, so that a call that succeeds costs nothing here (see
+// watertight.Wants).
+func (c *Collector) Wants(k watertight.EventKind) bool {
+	return k != watertight.EventAcquired && k != watertight.EventReleased
+}
+
 // OnEvent implements watertight.Listener: it counts e under its kind, source,
 // name and key, and its Code as the reason label (see docs/observability.md):
 // the exporter copies the code the emitting package set, and learns nothing
