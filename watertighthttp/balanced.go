@@ -40,7 +40,16 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 	avoid := b.host
 	var err error
 	var refused []*balance.Host // hosts that refused this attempt
-	for h := t.balancer.Pick(avoid); h != nil; h = b.next(avoid, refused) {
+	inUse := hostsInUseFrom(ctx)
+	first := t.balancer.Pick(avoid)
+	if inUse != nil && first != nil && inUse.has(first) {
+		// A hedge: to a host none of its request's attempts went to, if
+		// the pool has one.
+		if h := t.balancer.Next(func(h *balance.Host) bool { return h == avoid || inUse.has(h) }); h != nil {
+			first = h
+		}
+	}
+	for h := first; h != nil; h = b.next(avoid, refused) {
 		r := b.orig
 		if t.key != nil {
 			// Key sees the attempt's request, to the picked host.
@@ -59,6 +68,9 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 		}
 		sent := b.n
 		b.req = r
+		if inUse != nil {
+			inUse.add(h) // before the answer: a hedge sent meanwhile avoids it
+		}
 		start := time.Now()
 		var resp *http.Response
 		if p.inner != nil {

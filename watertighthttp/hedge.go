@@ -7,10 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/watertight-go/watertight"
+	"github.com/watertight-go/watertight/balance"
 	"github.com/watertight-go/watertight/hedge"
 	"github.com/watertight-go/watertight/retry"
 )
@@ -138,6 +141,10 @@ func (t *HedgingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if !retry.IsIdempotent(ctx) {
 		ctx = retry.Idempotent(ctx)
 	}
+	// With a Transport whose Balancer picks the host, the attempts share
+	// the hosts they went to, so that a hedge never goes where an attempt
+	// of its request already is.
+	ctx = &hostsInUse{Context: ctx}
 	h := &hedgedRequest{t: t, req: req}
 	if len(t.replicas) > 0 {
 		h.start = t.next.Add(1) - 1
@@ -150,6 +157,43 @@ func (t *HedgingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, err
 	}
 	return resp, nil
+}
+
+// hostsInUse is the context of a hedged request's attempts: the hosts a
+// Transport's Balancer sent them to (balancedAttempt.do), which the next
+// attempts avoid. It is the request's context otherwise.
+type hostsInUse struct {
+	context.Context
+	mu    sync.Mutex
+	hosts []*balance.Host
+}
+
+type hostsInUseKey struct{}
+
+func (h *hostsInUse) Value(key any) any {
+	if key == (hostsInUseKey{}) {
+		return h
+	}
+	return h.Context.Value(key)
+}
+
+// hostsInUseFrom returns the hosts in use of ctx's hedged request, or nil.
+func hostsInUseFrom(ctx context.Context) *hostsInUse {
+	h, _ := ctx.Value(hostsInUseKey{}).(*hostsInUse)
+	return h
+}
+
+// has reports whether an attempt of the request went to host.
+func (h *hostsInUse) has(host *balance.Host) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Contains(h.hosts, host)
+}
+
+func (h *hostsInUse) add(host *balance.Host) {
+	h.mu.Lock()
+	h.hosts = append(h.hosts, host)
+	h.mu.Unlock()
 }
 
 // hedgedRequest is one request's state across its attempts.
