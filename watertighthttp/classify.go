@@ -78,10 +78,22 @@ type StatusError struct {
 	Response *http.Response
 
 	discarded bool
+	grpc      int  // a gRPC answer's status code plus one; 0: an HTTP status
+	noRetry   bool // a gRPC pushback asked not to retry
 }
 
 // Error returns, for example, "watertighthttp: HTTP 503 Service Unavailable".
 func (e *StatusError) Error() string {
+	if e.grpc > 0 {
+		s := "watertighthttp: gRPC status " + strconv.Itoa(e.grpc-1)
+		if m := e.Response.Header.Get(HeaderGRPCMessage); m != "" {
+			s += ": " + m
+		}
+		if e.noRetry {
+			s += " (overloaded)"
+		}
+		return s
+	}
 	s := "watertighthttp: HTTP " + e.Response.Status
 	if e.Response.Status == "" {
 		s = "watertighthttp: HTTP " + strconv.Itoa(e.Response.StatusCode)
@@ -94,6 +106,10 @@ func (e *StatusError) Error() string {
 
 // Outcome returns the status's outcome (ClassifyStatus).
 func (e *StatusError) Outcome() watertight.Outcome {
+	if e.grpc > 0 {
+		o, _ := ClassifyGRPCStatus(e.grpc - 1)
+		return o
+	}
 	o, _ := ClassifyStatus(e.Response.StatusCode)
 	return o
 }
@@ -101,13 +117,17 @@ func (e *StatusError) Outcome() watertight.Outcome {
 // Transient reports whether the status is worth retrying (ClassifyStatus)
 // and the response does not carry the overloaded signal.
 func (e *StatusError) Transient() bool {
+	if e.grpc > 0 {
+		_, t := ClassifyGRPCStatus(e.grpc - 1)
+		return t && !e.noRetry && !IsOverloadedResponse(e.Response)
+	}
 	_, t := ClassifyStatus(e.Response.StatusCode)
 	return t && !IsOverloadedResponse(e.Response)
 }
 
 // Overloaded reports whether the response carries the "overloaded, don't
 // retry" signal (IsOverloadedResponse).
-func (e *StatusError) Overloaded() bool { return IsOverloadedResponse(e.Response) }
+func (e *StatusError) Overloaded() bool { return e.noRetry || IsOverloadedResponse(e.Response) }
 
 // maxDrain bounds how much of a discarded response's body is read before it
 // is closed: enough to let a small body be read to its end, so that the

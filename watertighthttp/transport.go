@@ -164,6 +164,18 @@ type TransportConfig struct {
 	// must not use the request's header during or after RoundTrip. Value
 	// slices are never modified.
 	OwnsRequests bool
+	// GRPC says the upstream speaks gRPC (an HTTP/2 base, such as an
+	// http.Transport with Protocols set to unencrypted HTTP/2 for h2c):
+	// each attempt sends the time left as grpc-timeout in place of the
+	// deadline header, and the status of a trailers-only answer
+	// (grpc-status on a 200) is judged as contrib/watertightgrpc judges a
+	// call's (ClassifyGRPCStatus: UNAVAILABLE and DEADLINE_EXCEEDED are
+	// failures worth retrying, INTERNAL a failure, NOT_FOUND the caller's
+	// own), grpc-retry-pushback-ms honoured (a negative one carries the
+	// overloaded signal). gRPC calls are POSTs: mark the ones that may be
+	// retried with retry.Idempotent. A status in the trailers after a body
+	// is passed on as it is.
+	GRPC bool
 	// Deadline sends the time left before the request context's deadline,
 	// minus a margin, on every attempt. If nil,
 	// deadline.New(deadline.DefaultConfig()).
@@ -238,12 +250,13 @@ type Transport struct {
 	outer     *pipes // with a balancer: the retry policies alone
 	dl        *deadline.Propagator
 	dlHeader  string // dl's header, in canonical form
-	timeouts  timeoutCache
+	timeouts  timeoutCache // values of the deadline header, or of grpc-timeout with GRPC
 
 	endpoints *endpointTable // the default Key's; nil with Config.Key or MaxEndpoints < 0
 	attemptTO time.Duration  // Config.AttemptTimeout; 0: none
 	total     time.Duration  // Config.Timeout; 0: none
 	owns      bool           // Config.OwnsRequests
+	grpc      bool           // Config.GRPC
 
 	idem, once, single *retry.Policy
 	retryable          func(error) bool
@@ -350,6 +363,7 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 		attemptTO: cfg.AttemptTimeout,
 		total:     cfg.Timeout,
 		owns:      cfg.OwnsRequests,
+		grpc:      cfg.GRPC,
 	}
 	if t.base == nil {
 		ct := cfg.ConnectTimeout
@@ -775,13 +789,24 @@ type timeoutValue struct {
 type timeoutCache [64]atomic.Pointer[timeoutValue]
 
 // get returns a slice holding ms in decimal.
-func (c *timeoutCache) get(ms int64) []string {
+func (c *timeoutCache) get(ms int64) []string { return c.getFormatted(ms, nil) }
+
+// grpcMillis formats milliseconds as a grpc-timeout value.
+func grpcMillis(ms int64) string { return formatGRPCTimeout(time.Duration(ms) * time.Millisecond) }
+
+// getFormatted is get with the value formatted by f (nil: decimal). A
+// cache holds the values of one format.
+func (c *timeoutCache) getFormatted(ms int64, f func(int64) string) []string {
 	slot := &c[(uint64(ms)*0x9E3779B97F4A7C15)>>58] // Fibonacci hashing: 64 slots
 	if e := slot.Load(); e != nil && e.ms == ms {
 		return e.vs[:]
 	}
 	e := &timeoutValue{ms: ms}
-	e.vs[0] = strconv.FormatInt(ms, 10)
+	if f != nil {
+		e.vs[0] = f(ms)
+	} else {
+		e.vs[0] = strconv.FormatInt(ms, 10)
+	}
 	slot.Store(e)
 	return e.vs[:]
 }
@@ -999,7 +1024,11 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 		h[HeaderCriticality] = crit
 	}
 	if ok {
-		h[a.t.dlHeader] = a.t.timeouts.get(ms)
+		if a.t.grpc {
+			h[headerGRPCTimeout] = a.t.timeouts.getFormatted(ms, grpcMillis)
+		} else {
+			h[a.t.dlHeader] = a.t.timeouts.get(ms)
+		}
 	}
 	if a.n == 1 {
 		a.bodySent = true
@@ -1023,7 +1052,11 @@ func (a *attempt) do(ctx context.Context) (*http.Response, error) {
 	if err != nil {
 		return nil, transportError(ctx, err)
 	}
-	if err := statusError(resp); err != nil {
+	judge := statusError
+	if a.t.grpc {
+		judge = grpcStatusError
+	}
+	if err := judge(resp); err != nil {
 		a.last = statusOf(err)
 		return nil, err
 	}
