@@ -249,7 +249,7 @@ type Transport struct {
 	balancer  *balance.Balancer
 	outer     *pipes // with a balancer: the retry policies alone
 	dl        *deadline.Propagator
-	dlHeader  string // dl's header, in canonical form
+	dlHeader  string       // dl's header, in canonical form
 	timeouts  timeoutCache // values of the deadline header, or of grpc-timeout with GRPC
 
 	endpoints *endpointTable // the default Key's; nil with Config.Key or MaxEndpoints < 0
