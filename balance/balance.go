@@ -168,6 +168,8 @@ type Balancer struct {
 
 	mu      sync.Mutex // judging latency, ejecting, returning
 	scratch []float64
+
+	hash []uint64 // of each host's address, for Shard (shard.go)
 }
 
 // Host is one address of a Balancer's pool. Its methods are safe for
@@ -273,8 +275,10 @@ func New(cfg Config) (*Balancer, error) {
 		return nil, bad("MaxEjection", fmt.Sprintf("use at least BaseEjection (%v)", b.base), b.max)
 	}
 	b.hosts = make([]*Host, len(cfg.Hosts))
+	b.hash = make([]uint64, len(cfg.Hosts))
 	for i, a := range cfg.Hosts {
 		b.hosts[i] = &Host{addr: a, index: i, b: b}
+		b.hash[i] = hashString(a)
 		if b.slow > 0 {
 			b.hosts[i].ring = make([]atomic.Int64, b.minSamp)
 		}
@@ -304,28 +308,31 @@ func (b *Balancer) Hosts() []*Host { return slices.Clone(b.hosts) }
 // ejection always leaves a host. (A Pick that races an ejection may
 // return the host being ejected.)
 func (b *Balancer) Pick(avoid *Host) *Host {
-	hs := *b.active.Load()
-	var h *Host
-	if n := len(hs); n == 1 {
-		h = hs[0]
-	} else {
-		r := rand.Uint64()
-		i := int(uint32(r) % uint32(n))
-		j := int(uint32(r>>32) % uint32(n-1))
-		if j >= i {
-			j++
-		}
-		switch a, c := hs[i], hs[j]; {
-		case a == avoid:
-			h = c
-		case c == avoid:
-			h = a
-		default:
-			h = b.better(a, c)
-		}
-	}
+	h := b.choose(*b.active.Load(), avoid)
 	h.inFlight.Add(1)
 	return h
+}
+
+// choose is Pick's choice among hs (at least one host), not counted.
+func (b *Balancer) choose(hs []*Host, avoid *Host) *Host {
+	n := len(hs)
+	if n == 1 {
+		return hs[0]
+	}
+	r := rand.Uint64()
+	i := int(uint32(r) % uint32(n))
+	j := int(uint32(r>>32) % uint32(n-1))
+	if j >= i {
+		j++
+	}
+	a, c := hs[i], hs[j]
+	switch {
+	case a == avoid:
+		return c
+	case c == avoid:
+		return a
+	}
+	return b.better(a, c)
 }
 
 // Next is Pick for a caller that passes over hosts (those whose breaker

@@ -32,6 +32,16 @@
 // "ejection_ended"); [Balancer.Snapshot] is the pool's
 // state for an admin view.
 //
+// With many tenants over one pool, [Balancer.Shard] gives each key (a
+// tenant) a [Shard]: a small, stable, pseudo-random subset of the hosts
+// (rendezvous hashing of the key and each address), whose Pick and Next
+// choose only among its hosts not ejected, so that one tenant's harmful
+// calls reach few hosts and few other tenants share all of them (shuffle
+// sharding). When every host of the shard is ejected, the call fails with
+// [ErrShardDown], or, with [ShardConfig].Spill, goes to the rest of the
+// pool. docs/balance.md, "Shuffle sharding", gives the overlap
+// probabilities by pool and shard size.
+//
 // A Balancer knows nothing of breakers or retries: a circuit breaker per
 // host (package circuit) sits after Pick, and a retry policy (package retry)
 // around both; watertighthttp.TransportConfig.Balancer assembles them that

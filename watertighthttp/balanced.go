@@ -3,6 +3,7 @@ package watertighthttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -19,8 +20,9 @@ import (
 // last attempt went to, which the next one avoids.
 type balancedAttempt struct {
 	attempt
-	orig *http.Request
-	host *balance.Host
+	orig  *http.Request
+	host  *balance.Host
+	shard balance.Shard // the request's shard of the pool (TransportConfig.ShardKey)
 }
 
 // roundTripBalanced is RoundTrip with TransportConfig.Balancer: the retry
@@ -29,6 +31,7 @@ func (t *Transport) roundTripBalanced(ctx context.Context, req *http.Request, to
 	p := t.outer
 	pipe := p.choose(ctx, req)
 	b := &balancedAttempt{attempt: attempt{t: t, req: req, total: total}, orig: req}
+	b.shard = t.balancer.Shard(t.shardOf(req), t.shardCfg)
 	resp, err := watertight.Do(ctx, pipe, b.do)
 	return t.result(ctx, req, p, pipe, &b.attempt, resp, err)
 }
@@ -41,11 +44,15 @@ func (b *balancedAttempt) do(ctx context.Context) (*http.Response, error) {
 	var err error
 	var refused []*balance.Host // hosts that refused this attempt
 	inUse := hostsInUseFrom(ctx)
-	first := t.balancer.Pick(avoid)
-	if inUse != nil && first != nil && inUse.has(first) {
-		// A hedge: to a host none of its request's attempts went to, if
-		// the pool has one.
-		if h := t.balancer.Next(func(h *balance.Host) bool { return h == avoid || inUse.has(h) }); h != nil {
+	first := b.shard.Pick(avoid)
+	if first == nil {
+		return nil, balance.ErrShardDown // every host of the request's shard is ejected
+	}
+	if inUse != nil && inUse.has(first) {
+		// A hedge: to a host of the shard none of its request's attempts
+		// went to, if it has one.
+		if h := b.shard.Next(avoid, func(h *balance.Host) bool { return inUse.has(h) || !b.shard.Contains(h) }); h != nil {
+			first.Done(watertight.Ignored, 0) // not called
 			first = h
 		}
 	}
@@ -145,18 +152,12 @@ func callerEnded(ctx context.Context) bool {
 	return true
 }
 
-// next returns a host for an attempt that refused hosts already: one
-// neither refused nor avoided, else the avoided one (the previous
-// attempt's), else nil.
+// next returns a host for an attempt that refused hosts already: one of
+// the shard neither refused nor avoided, else the avoided one (the
+// previous attempt's), else, with ShardSpill, one of the rest of the pool,
+// else nil (balance.Shard.Next).
 func (b *balancedAttempt) next(avoid *balance.Host, refused []*balance.Host) *balance.Host {
-	bal := b.t.balancer
-	if h := bal.Next(func(h *balance.Host) bool { return h == avoid || slices.Contains(refused, h) }); h != nil {
-		return h
-	}
-	if avoid != nil && !avoid.Ejected() && !slices.Contains(refused, avoid) {
-		return bal.Next(func(h *balance.Host) bool { return h != avoid })
-	}
-	return nil
+	return b.shard.Next(avoid, func(h *balance.Host) bool { return slices.Contains(refused, h) })
 }
 
 // hostBody ends its host's call when the answer's body is closed or read
@@ -186,4 +187,39 @@ func (b *hostBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.end()
 	return err
+}
+
+// DefaultShardSize is the default of TransportConfig.ShardSize: shards of
+// two hosts, the smallest in which a retry or a hedge has another host to
+// go to.
+const DefaultShardSize = 2
+
+// shardConfig returns the shards of cfg (TransportConfig.ShardKey,
+// ShardSize, ShardSpill), or an error naming the invalid field.
+func shardConfig(cfg TransportConfig) (balance.ShardConfig, error) {
+	sc := balance.ShardConfig{Size: cfg.ShardSize, Spill: cfg.ShardSpill}
+	switch {
+	case cfg.ShardKey == nil && cfg.ShardSize != 0:
+		return sc, fmt.Errorf("watertighthttp: TransportConfig.ShardSize (%d) needs ShardKey, which says whose shard a request is", cfg.ShardSize)
+	case cfg.ShardKey == nil && cfg.ShardSpill:
+		return sc, errors.New("watertighthttp: TransportConfig.ShardSpill needs ShardKey, which says whose shard a request is")
+	case cfg.ShardKey == nil:
+		return sc, nil
+	case cfg.Balancer == nil:
+		return sc, errors.New("watertighthttp: TransportConfig.ShardKey needs a Balancer, whose pool the shards are cut from")
+	case cfg.ShardSize < 0 || cfg.ShardSize > balance.MaxShardSize:
+		return sc, fmt.Errorf("watertighthttp: TransportConfig.ShardSize must be from 1 to %d hosts (balance.MaxShardSize), or 0 for %d, got %d", balance.MaxShardSize, DefaultShardSize, cfg.ShardSize)
+	case sc.Size == 0:
+		sc.Size = DefaultShardSize
+	}
+	return sc, nil
+}
+
+// shardOf returns req's tenant (TransportConfig.ShardKey), "" for the
+// whole pool.
+func (t *Transport) shardOf(req *http.Request) string {
+	if t.shardKey == nil {
+		return ""
+	}
+	return t.shardKey(req)
 }

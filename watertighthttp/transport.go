@@ -114,6 +114,35 @@ type TransportConfig struct {
 	// in its bulkhead counts), and an answer whose body fails after its
 	// header still ends as a success.
 	Balancer *balance.Balancer
+	// ShardKey, with a Balancer, gives each tenant a shard of the pool
+	// (shuffle sharding): it returns the request's tenant (from a header,
+	// an API key, the client's address), whose requests then go only to
+	// ShardSize hosts of the pool chosen by the key
+	// (balance.Balancer.Shard), the same for the same key while the pool
+	// holds the same addresses, in every process. A tenant whose requests
+	// harm hosts harms its shard's; another tenant's shard is all among
+	// them with a probability of 1/C(n, ShardSize) for a pool of n hosts
+	// (docs/balance.md, "Shuffle sharding"). Within the shard the Balancer
+	// picks, retries avoid the previous attempt's host and refusing hosts
+	// are passed over as in the whole pool (a hedge stays in the shard);
+	// when every host of the shard is ejected, the request fails with
+	// balance.ErrShardDown, and when every one refuses, with the last
+	// refusal (both rejections), unless ShardSpill. The empty key means
+	// the whole pool. ShardKey is called once per request, on RoundTrip's
+	// goroutine. If nil, every request may go to the whole pool. Set
+	// without a Balancer, it is an error.
+	ShardKey func(*http.Request) string
+	// ShardSize is the number of hosts in a tenant's shard (ShardKey).
+	// Zero means DefaultShardSize (2); the pool's size or more means the
+	// whole pool. Negative, above balance.MaxShardSize (32), or set
+	// without ShardKey, it is an error.
+	ShardSize int
+	// ShardSpill, with ShardKey, sends a request whose shard has no host
+	// to take it (every one ejected or refusing) to the rest of the pool.
+	// If false, the request fails: the tenant stays in its shard, which is
+	// the isolation (a tenant whose requests eject hosts would, spilling,
+	// go on to the others). Set without ShardKey, it is an error.
+	ShardSpill bool
 	// Retry configures the retry policy. The Transport decides per request
 	// whether it may be retried, whatever Retry.Idempotent says: requests
 	// with an idempotent method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), an
@@ -268,6 +297,9 @@ type Transport struct {
 
 	shared *pipes                  // no registries: one set of pipelines for every key
 	cache  *keycache.Cache[*pipes] // under the registries' generation (pipes)
+
+	shardKey func(*http.Request) string // Config.ShardKey; nil: the whole pool
+	shardCfg balance.ShardConfig        // Config.ShardSize (or its default) and ShardSpill
 }
 
 // maxCached bounds the pipelines a Transport keeps; beyond it, the cache is
@@ -398,6 +430,10 @@ func NewTransport(cfg TransportConfig) (*Transport, error) {
 	if t.idem, t.once, t.single, err = retryPolicies(t.rc); err != nil {
 		return nil, fmt.Errorf("watertighthttp: TransportConfig.Retry: %w", err)
 	}
+	if t.shardCfg, err = shardConfig(cfg); err != nil {
+		return nil, err
+	}
+	t.shardKey = cfg.ShardKey
 	if t.balancer != nil {
 		t.outer = t.build("", nil, nil, nil, nil)
 	}
