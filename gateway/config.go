@@ -90,6 +90,13 @@ type Upstream struct {
 	// each address, which for an IP address needs the IP in the
 	// certificate.
 	ServerName string `json:"server_name,omitempty"`
+	// Protocol is http1 (default: HTTP/1.1, or HTTP/2 when a TLS host
+	// offers it), h2c (HTTP/2 in clear, with prior knowledge, as gRPC
+	// servers speak) or h2 (HTTP/2 over TLS only).
+	Protocol string `json:"protocol"`
+	// Limiter names the limiters: entry from which each host gets an
+	// adaptive concurrency limit; empty for none.
+	Limiter string `json:"limiter,omitempty"`
 }
 
 // Fallback is a route's static answer when its upstream is unavailable
@@ -144,6 +151,28 @@ type Route struct {
 	// message "access"); answers of 500 and above are all logged, up to
 	// 10 a second. Default 1%; 0 logs only those.
 	AccessLog float64 `json:"access_log"`
+	// Tenants, if not nil, gives each tenant its own queue and a fair
+	// share of the route's capacity (in place of Bulkhead).
+	Tenants *Tenants `json:"tenants,omitempty"`
+	// Cells, if not nil, sends tenants to upstreams of their own.
+	Cells *Cells `json:"cells,omitempty"`
+	// Shard, if not nil, gives each tenant a subset of the hosts.
+	Shard *Shard `json:"shard,omitempty"`
+	// Hedge names the hedges: entry whose policy hedges the route's
+	// idempotent requests; empty for none.
+	Hedge string `json:"hedge,omitempty"`
+	// Idempotency, if not nil, runs a request with an Idempotency-Key
+	// upstream once.
+	Idempotency *Idempotency `json:"idempotency,omitempty"`
+	// Limiter names the limiters: entry that bounds the route's requests
+	// in flight at a limit it learns (in place of Bulkhead).
+	Limiter string `json:"limiter,omitempty"`
+	// Chaos, if not nil, injects faults into the route's requests.
+	Chaos *Chaos `json:"chaos,omitempty"`
+	// GRPC, if not nil, makes the route a gRPC one.
+	GRPC *GRPC `json:"grpc,omitempty"`
+
+	cellNodes *yaml.Node // for checkRouteMore's errors
 }
 
 // Defaults of the fields a file leaves out.
@@ -303,10 +332,14 @@ func (c *Config) readUpstreams(d *watertightconfig.Decoder, n *yaml.Node) {
 	es, _ := d.Mapping(n, "upstreams")
 	for _, e := range es {
 		path := "upstreams." + e.Key
-		u := Upstream{Name: e.Key, Scheme: "http", ConnectTimeout: DefaultConnectTimeout}
+		u := Upstream{Name: e.Key, Scheme: "http", ConnectTimeout: DefaultConnectTimeout, Protocol: "http1"}
 		u.Balance.Name = e.Key
 		var hostsNode *yaml.Node
-		d.Fields(e.Value, path, []string{"hosts", "scheme", "strategy", "consecutive_errors", "slow_factor", "max_ejected", "base_ejection", "max_ejection", "breaker", "connect_timeout", "server_name"}, func(f watertightconfig.Entry, p string) {
+		d.Fields(e.Value, path, append([]string{"hosts", "scheme", "strategy", "consecutive_errors", "slow_factor", "max_ejected", "base_ejection", "max_ejection", "breaker", "connect_timeout", "server_name"}, upstreamMoreFields...), func(f watertightconfig.Entry, p string) {
+			if slices.Contains(upstreamMoreFields, f.Key) {
+				readUpstreamMore(d, &u, f, p)
+				return
+			}
 			switch f.Key {
 			case "hosts":
 				hostsNode = f.Value
@@ -379,6 +412,9 @@ func (c *Config) readUpstreams(d *watertightconfig.Decoder, n *yaml.Node) {
 		if len(u.Hosts) == 0 && hostsNode == nil {
 			d.FailLine(e.Line, path+".hosts", "an upstream needs hosts (a list of host:port)")
 		}
+		if u.Protocol == "h2" && u.Scheme != "https" {
+			d.FailLine(e.Line, path+".protocol", "h2 is HTTP/2 over TLS: give scheme: https, or protocol: h2c for HTTP/2 in clear")
+		}
 		if len(u.Hosts) > 0 {
 			u.Balance.Hosts = u.Hosts
 			if _, err := balance.New(u.Balance); err != nil {
@@ -400,7 +436,11 @@ func (c *Config) readRoutes(d *watertightconfig.Decoder, n *yaml.Node) {
 		path := "routes." + e.Key
 		r := Route{Name: e.Key, PathPrefix: "/", Timeout: DefaultRouteTimeout, MaxBodyBytes: DefaultMaxBodyBytes, RetryBodyBytes: DefaultRetryBodyBytes, AccessLog: DefaultAccessLog}
 		var upNode *yaml.Node
-		d.Fields(e.Value, path, routeFields, func(f watertightconfig.Entry, p string) {
+		d.Fields(e.Value, path, append(slices.Clone(routeFields), routeMoreFields...), func(f watertightconfig.Entry, p string) {
+			if slices.Contains(routeMoreFields, f.Key) {
+				readRouteMore(d, &r, f, p)
+				return
+			}
 			switch f.Key {
 			case "listeners":
 				r.Listeners, _ = d.Strings(f.Value, p)
@@ -490,4 +530,5 @@ func (c *Config) checkRoute(d *watertightconfig.Decoder, i, line int, upNode *ya
 			d.FailLine(line, path+".listeners", "no listener named %q (listeners: %s)", l, strings.Join(slices.Sorted(maps.Keys(c.Listeners)), ", "))
 		}
 	}
+	c.checkRouteMore(d, r, line)
 }

@@ -1,19 +1,14 @@
 package gateway
 
 import (
-	"bytes"
-	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,15 +16,12 @@ import (
 
 	"github.com/watertight-go/watertight"
 	"github.com/watertight-go/watertight/balance"
-	"github.com/watertight-go/watertight/budget"
-	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/contrib/watertightconfig"
 	"github.com/watertight-go/watertight/contrib/watertightprom"
 	"github.com/watertight-go/watertight/dashboard"
-	"github.com/watertight-go/watertight/retry"
+	"github.com/watertight-go/watertight/limit"
 	"github.com/watertight-go/watertight/watch"
-	"github.com/watertight-go/watertight/watertighthttp"
 )
 
 // Options are what a Gateway takes beside its Config.
@@ -91,19 +83,8 @@ type upstream struct {
 	cfg      Upstream
 	bal      *balance.Balancer
 	breakers *circuit.Registry // nil: no breaker
+	limiters *limit.Registry   // nil: no adaptive limit per host
 	base     http.RoundTripper
-}
-
-type route struct {
-	cfg     Route
-	up      *upstream
-	tr      *watertighthttp.Transport
-	guarded http.Handler // the server-side guards, then proxy
-	log     *accessLog
-	latency ewma // of the route's answers, for Retry-After
-	bulk    *bulkhead.Bulkhead
-	budget  *budget.Budget
-	lis     map[string]bool // nil: every listener
 }
 
 // listenerRoute is what a route needs of the listener a request came in
@@ -202,7 +183,7 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 		t.metrics["balancer/"+name] = g.watched.AddBalancer(up.bal)
 		if g.opts.testBase != nil {
 			up.base = g.opts.testBase
-		} else if prev != nil && prev.cfg.ConnectTimeout == u.ConnectTimeout && prev.cfg.ServerName == u.ServerName {
+		} else if prev != nil && prev.cfg.ConnectTimeout == u.ConnectTimeout && prev.cfg.ServerName == u.ServerName && prev.cfg.Protocol == u.Protocol {
 			up.base = prev.base
 		} else {
 			tr := &http.Transport{
@@ -217,6 +198,14 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 			if u.ServerName != "" {
 				tr.TLSClientConfig = &tls.Config{ServerName: u.ServerName}
 			}
+			switch u.Protocol {
+			case "h2c":
+				tr.Protocols = new(http.Protocols)
+				tr.Protocols.SetUnencryptedHTTP2(true)
+			case "h2":
+				tr.Protocols = new(http.Protocols)
+				tr.Protocols.SetHTTP2(true)
+			}
 			up.base = tr
 		}
 		if u.Breaker != "" {
@@ -225,6 +214,13 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 				return nil, fmt.Errorf("gateway: upstream %s: %w", name, err)
 			}
 			t.metrics["breakers/"+u.Breaker] = g.prom.AddBreakerRegistry(u.Breaker, up.breakers) // upstreams may share it
+		}
+		if u.Limiter != "" {
+			var err error
+			if up.limiters, err = g.reg.LimiterRegistry(u.Limiter); err != nil {
+				return nil, fmt.Errorf("gateway: upstream %s: %w", name, err)
+			}
+			t.metrics["limiters/"+u.Limiter] = g.watched.AddLimiterRegistry(u.Limiter, up.limiters)
 		}
 		t.ups[name] = up
 	}
@@ -244,66 +240,6 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 		t.routes = append(t.routes, rt)
 	}
 	return t, nil
-}
-
-func (g *Gateway) newRoute(t *table, rc Route, prev *route) (*route, error) {
-	lis := g.lis
-	rt := &route{cfg: rc, up: t.ups[rc.Upstream]}
-	if rt.up == nil {
-		return nil, fmt.Errorf("no upstream %q", rc.Upstream)
-	}
-	if len(rc.Listeners) > 0 {
-		rt.lis = map[string]bool{}
-		for _, l := range rc.Listeners {
-			rt.lis[l] = true
-		}
-	}
-	var rcfg retry.Config
-	if rc.Retry != "" {
-		var err error
-		if rcfg, err = g.reg.RetryConfig(rc.Retry); err != nil {
-			return nil, err
-		}
-	} else {
-		if prev != nil && prev.budget != nil {
-			rt.budget = prev.budget
-		} else {
-			b, err := budget.New(budget.Config{Name: rc.Name, Listener: lis})
-			if err != nil {
-				return nil, err
-			}
-			rt.budget = b
-		}
-		t.metrics["budget/"+rc.Name] = g.prom.AddBudget(rc.Name, rt.budget)
-		rcfg = retry.Config{Name: rc.Name, MaxAttempts: 2, Budget: rt.budget}
-	}
-	rcfg.Listener = lis
-	tr, err := watertighthttp.NewTransport(watertighthttp.TransportConfig{
-		Base: rt.up.base, Balancer: rt.up.bal, Breakers: rt.up.breakers, MaxEndpoints: -1,
-		Retry: rcfg, AttemptTimeout: rc.PerTryTimeout, Timeout: rc.Timeout, OwnsRequests: true,
-		Name: rc.Name, Listener: lis,
-	})
-	if err != nil {
-		return nil, err
-	}
-	rt.tr = tr
-	if rc.Bulkhead != "" {
-		if rt.bulk, err = g.reg.Bulkhead(rc.Bulkhead); err != nil {
-			return nil, err
-		}
-		t.metrics["bulkhead/"+rc.Bulkhead] = g.prom.AddBulkhead(rt.bulk)
-	}
-	// The server-side guards: incoming deadlines (ours, grpc-timeout,
-	// Envoy's), dead requests shed, criticality.
-	rt.guarded, err = watertighthttp.NewHandler(http.HandlerFunc(rt.proxy), watertighthttp.HandlerConfig{
-		Name: rc.Name, MaxConcurrent: -1, Logger: g.log, Listener: lis,
-		Route: func(*http.Request) string { return rc.Name },
-	})
-	if err != nil {
-		return nil, err
-	}
-	rt.log = &accessLog{log: g.log, route: rc.Name, rate: rc.AccessLog}
-	return rt, nil
 }
 
 // Reload replaces the configuration with the file at path, keeping the
@@ -356,6 +292,15 @@ func (g *Gateway) reload(path string) error {
 	for name, up := range old.ups {
 		if nu, ok := t.ups[name]; !ok || nu.base != up.base {
 			closeIdle(up.base)
+		}
+	}
+	kept := map[*idemStore]bool{}
+	for _, rt := range t.routes {
+		kept[rt.idem] = true
+	}
+	for _, rt := range old.routes {
+		if rt.idem != nil && !kept[rt.idem] {
+			rt.idem.close() // a request still using it fails closed (503)
 		}
 	}
 	g.log.Info("reloaded", "file", path, "library", ch.String(), "routes", len(t.routes), "upstreams", len(t.ups))
@@ -411,20 +356,6 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.serve(w, r, t.listeners[f.name])
 }
 
-// serve is a request's way through its route: the access log around the
-// server-side guards around proxy. The exchange that carries its status
-// and listener is lent from a pool.
-func (rt *route) serve(w http.ResponseWriter, r *http.Request, lis *listenerRoute) {
-	x := exchanges.Get().(*exchange)
-	x.ResponseWriter, x.lis = w, lis
-	start := time.Now()
-	rt.guarded.ServeHTTP(x, r)
-	rt.latency.observe(time.Since(start))
-	rt.log.done(x, r, start)
-	*x = exchange{}
-	exchanges.Put(x)
-}
-
 // match returns the route for r: of those whose listener, host, method
 // and path prefix match, the most specific (moreSpecific).
 func (t *table) match(listener string, r *http.Request) *route {
@@ -477,106 +408,6 @@ func prefixMatch(prefix, path string) bool {
 	return strings.HasSuffix(prefix, "/") || len(path) == len(prefix) || path[len(prefix)] == '/'
 }
 
-// proxy sends a request admitted by the guards to the upstream: it bounds
-// its body, keeps what a retry needs of it, sets the route's timeout,
-// takes a permit of the route's bulkhead, and answers with the upstream's
-// answer, the route's fallback, or an error that says what happened.
-func (rt *route) proxy(w http.ResponseWriter, r *http.Request) {
-	var lis *listenerRoute
-	if x, ok := w.(*exchange); ok {
-		lis = x.lis
-	}
-	if !cleanPath(r.URL.Path) {
-		http.Error(w, "watertight: proxy: the path has . or .. segments or empty ones: send it normalised", http.StatusBadRequest)
-		return
-	}
-	// The route's timeout is the Transport's (TransportConfig.Timeout):
-	// the host's to meet, its expiry counting on the host's breaker,
-	// while a shorter deadline of the client's does not. It starts when
-	// the request is sent; the body is read and the bulkhead's wait is
-	// bounded before that, by the route's timeout and max_wait.
-	ctx := r.Context()
-	if r.Body != nil && r.Body != http.NoBody {
-		var ok bool
-		if r, ok = rt.readBody(w, r); !ok {
-			return
-		}
-	}
-	if rt.bulk != nil {
-		if err := rt.bulk.Acquire(ctx); err != nil {
-			rt.refuseAdmission(w, r, ctx, err)
-			return
-		}
-		defer rt.bulk.Release()
-	}
-	out, err := rt.outbound(ctx, r, lis)
-	if err != nil {
-		http.Error(w, "watertight: proxy: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	res, err := rt.tr.RoundTrip(out)
-	if err != nil {
-		rt.errorHandler(w, r, err)
-		return
-	}
-	if res.StatusCode == http.StatusSwitchingProtocols {
-		if err := switchProtocols(ctx, w, upgradeType(out.Header), res); err != nil {
-			watertighthttp.ProxyErrorHandler(w, r, err)
-		}
-		return
-	}
-	respond(w, res)
-}
-
-// readBody bounds r's body by the route's limit and reads the part a
-// retry needs (Route.RetryBodyBytes) within the route's time: a client
-// that trickles its body cannot hold the route. The connection's read
-// deadline is the route's deadline while the body is read; it stays on a
-// body longer than the part kept, which is streamed to the upstream, and
-// is cleared after a body read whole. (A read deadline that passes also
-// ends the request's context, as a client that went away does: for a
-// streamed body that is the route's end anyway.) It answers the client
-// itself, and returns false, when the body is over the limit, too slow or
-// broken.
-func (rt *route) readBody(w http.ResponseWriter, r *http.Request) (*http.Request, bool) {
-	c := &rt.cfg
-	if c.MaxBodyBytes > 0 {
-		if r.ContentLength > c.MaxBodyBytes {
-			http.Error(w, fmt.Sprintf("watertight: proxy: request body of %d bytes is over the route's limit of %d", r.ContentLength, c.MaxBodyBytes), http.StatusRequestEntityTooLarge)
-			return r, false
-		}
-	}
-	r2 := new(http.Request)
-	*r2 = *r
-	r = r2
-	if c.MaxBodyBytes > 0 {
-		r.Body = http.MaxBytesReader(w, r.Body, c.MaxBodyBytes)
-	}
-	rc := http.NewResponseController(w)
-	timed := c.Timeout > 0
-	if timed {
-		rc.SetReadDeadline(time.Now().Add(c.Timeout))
-	}
-	whole, err := replayable(r, c.RetryBodyBytes)
-	if timed && whole {
-		rc.SetReadDeadline(time.Time{})
-	}
-	if err != nil {
-		var mb *http.MaxBytesError
-		var ne net.Error
-		switch {
-		case errors.As(err, &mb):
-			http.Error(w, fmt.Sprintf("watertight: proxy: request body is over the route's limit of %d bytes", c.MaxBodyBytes), http.StatusRequestEntityTooLarge)
-		case errors.As(err, &ne) && ne.Timeout():
-			http.Error(w, "watertight: proxy: the request body did not arrive within the route's timeout", http.StatusRequestTimeout)
-		default:
-			http.Error(w, "watertight: proxy: reading the request body: "+err.Error(), http.StatusBadRequest)
-		}
-		return r, false
-	}
-	return r, true
-}
-
 // cleanPath reports whether p has no ".", ".." or empty segments (a
 // trailing slash aside), decoded: routes match on it, and an upstream that
 // resolved /public/../private itself would serve what no route sent it.
@@ -599,77 +430,6 @@ func cleanPath(p string) bool {
 		}
 		p = p[i+1:]
 	}
-}
-
-// replayable reads up to limit bytes of r's body: a body that ends within
-// them is kept (whole is true), and r gets a GetBody so that a retry can
-// send it again; a longer one is streamed on (what was read, then the
-// rest), not replayable, so the request is sent once. limit 0 reads
-// nothing.
-func replayable(r *http.Request, limit int64) (whole bool, err error) {
-	if limit <= 0 {
-		return false, nil
-	}
-	buf, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return false, err
-	}
-	if int64(len(buf)) <= limit {
-		r.Body.Close()
-		r.ContentLength = int64(len(buf))
-		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
-		r.Body, _ = r.GetBody()
-		return true, nil
-	}
-	r.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(buf), r.Body), r.Body}
-	return false, nil
-}
-
-// refuseAdmission answers a request the route's bulkhead did not admit:
-// 503 with the overloaded signal and a Retry-After when it was full or
-// its wait ran out, 504 when the request's deadline passed while it
-// waited, nothing when the client went away.
-func (rt *route) refuseAdmission(w http.ResponseWriter, r *http.Request, ctx context.Context, err error) {
-	switch cerr := ctx.Err(); {
-	case errors.Is(r.Context().Err(), context.Canceled):
-		return // the client went away while it waited: nobody reads an answer
-	case cerr != nil:
-		http.Error(w, "watertight: proxy: route "+rt.cfg.Name+": the request's deadline passed while it waited for the route's bulkhead", http.StatusGatewayTimeout)
-		return
-	}
-	w.Header().Set(watertighthttp.HeaderOverloaded, "true")
-	w.Header().Set("Retry-After", retryAfterValue(rt.drainTime()))
-	http.Error(w, "watertight: proxy: route "+rt.cfg.Name+" is at its limit: "+err.Error(), http.StatusServiceUnavailable)
-}
-
-// errorHandler answers a request the upstream could not: the route's
-// fallback when it has one, else watertighthttp.ProxyErrorHandler's
-// status (503 with the overloaded signal for an open breaker or a
-// refusal, 504 for a deadline, 502 otherwise).
-func (rt *route) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil && errors.Is(r.Context().Err(), context.Canceled) {
-		return // the client went away: nobody reads an answer
-	}
-	var mb *http.MaxBytesError
-	if errors.As(err, &mb) {
-		http.Error(w, fmt.Sprintf("watertight: proxy: request body is over the route's limit of %d bytes", mb.Limit), http.StatusRequestEntityTooLarge)
-		return
-	}
-	if fb := rt.cfg.Fallback; fb == nil && (watertight.IsRejection(err) || watertight.IsOverloaded(err)) {
-		w.Header().Set("Retry-After", retryAfterValue(rt.upstreamBack(err)))
-	}
-	if fb := rt.cfg.Fallback; fb != nil {
-		w.Header().Set("Content-Type", fb.ContentType)
-		w.Header().Set("Content-Length", strconv.Itoa(len(fb.Body)))
-		w.Header().Set("X-Watertight-Fallback", rt.cfg.Name)
-		w.WriteHeader(fb.Status)
-		io.WriteString(w, fb.Body)
-		return
-	}
-	watertighthttp.ProxyErrorHandler(w, r, err)
 }
 
 // exchange is the ResponseWriter the guards and proxy see: the client's,
@@ -719,8 +479,14 @@ func (x *exchange) Flush() {
 // dashboard's open pages. Run does it when it returns; call it when you
 // serve Handler and Admin yourself and are done.
 func (g *Gateway) Close() {
-	for _, up := range g.tab.Load().ups {
+	t := g.tab.Load()
+	for _, up := range t.ups {
 		closeIdle(up.base)
+	}
+	for _, rt := range t.routes {
+		if rt.idem != nil {
+			rt.idem.close()
+		}
 	}
 	g.dash.Close()
 }

@@ -114,23 +114,23 @@ func printable(s string) bool {
 	return true
 }
 
-// outbound builds the request the upstream gets for in, under ctx: the
+// outbound builds the request upstream up gets for in, under ctx: the
 // upstream's scheme and logical name in its URL (the Transport's Balancer
 // puts a host of the pool there on every attempt), the client's Host, the
 // client's header less its hop-by-hop and forwarding headers, and the
 // gateway's forwarding headers. lis is the listener the request came in
 // on (nil: none known, no proxy trusted). It returns an error for a
 // request the gateway refuses to pass on.
-func (rt *route) outbound(ctx context.Context, in *http.Request, lis *listenerRoute) (*http.Request, error) {
+func (rt *route) outbound(ctx context.Context, in *http.Request, lis *listenerRoute, up *upstream) (*http.Request, error) {
 	p := new(outParts)
 	p.u = *in.URL
-	p.u.Scheme = rt.up.cfg.Scheme
-	p.u.Host = rt.up.cfg.Name
+	p.u.Scheme = up.cfg.Scheme
+	p.u.Host = up.cfg.Name
 	p.u.RawQuery = cleanQuery(p.u.RawQuery)
 
-	up := upgradeType(in.Header)
-	if up != "" && !printable(up) {
-		return nil, fmt.Errorf("the client asked to switch to a protocol whose name is not printable: %q", up)
+	switchTo := upgradeType(in.Header)
+	if switchTo != "" && !printable(switchTo) {
+		return nil, fmt.Errorf("the client asked to switch to a protocol whose name is not printable: %q", switchTo)
 	}
 	conns := connectionTokens(in.Header)
 	h := make(http.Header, len(in.Header)+4)
@@ -146,8 +146,8 @@ func (rt *route) outbound(ctx context.Context, in *http.Request, lis *listenerRo
 	if hasToken(in.Header["Te"], "trailers") {
 		h["Te"] = teTrailers
 	}
-	if up != "" {
-		p.conn[0], p.upgrade[0] = "Upgrade", up
+	if switchTo != "" {
+		p.conn[0], p.upgrade[0] = "Upgrade", switchTo
 		h["Connection"], h["Upgrade"] = p.conn[:], p.upgrade[:]
 	}
 	if _, ok := h["User-Agent"]; !ok {
