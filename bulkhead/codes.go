@@ -10,8 +10,15 @@ const (
 	// CodeMaxWait: EventBulkheadFull, no permit came free within MaxWait.
 	CodeMaxWait = "max_wait"
 	// CodeWaitingRoomFull: EventBulkheadFull, no permit was free and the
-	// waiting room (MaxWaiters) was full.
+	// waiting room (MaxWaiters) was full; for a Partitioned bulkhead, the
+	// partition's queue (PartitionConfig.MaxWaiters).
 	CodeWaitingRoomFull = "waiting_room_full"
+	// CodeOverShare: EventBulkheadFull, a Partitioned bulkhead's partition
+	// already held its guaranteed share and no permit could be lent to it
+	// (every permit held, or the free ones kept in reserve for the other
+	// partitions: PartitionedConfig.Reserve), and the call could not wait.
+	// A partition below its guarantee refused at once gets CodeNoPermit.
+	CodeOverShare = "over_share"
 	// CodeEvicted: EventBulkheadFull, the caller was evicted from the
 	// waiting room by a newer one (QueueOrder LIFO).
 	CodeEvicted = "evicted"

@@ -4,6 +4,17 @@
 // ship's hull, a flood in one (a dependency that slows down, so calls to it
 // pile up) stays there, and calls to the other dependencies go on.
 //
+// # Fair shares
+//
+// [Partitioned] is a semaphore whose MaxConcurrent permits are shared by
+// named partitions (tiers, tenants) with weights: each is guaranteed its
+// share, lends what it leaves unused to the others while keeping a
+// [PartitionedConfig].Reserve of it free for its return, and has a FIFO
+// queue of its own; a released permit goes first to a partition waiting
+// under its guarantee. A spike of one tier (free) is refused and queued in
+// its own partition while another (premium) keeps its latency. See
+// docs/bulkhead.md.
+//
 // # Semaphore bulkhead
 //
 // [Bulkhead] is a counting semaphore: a call takes a permit before it runs
@@ -69,7 +80,8 @@
 // Each refusal and drop carries a Code, a stable reason for metric labels
 // and alerts: EventBulkheadFull CodeNoPermit "no_permit", CodeMaxWait
 // "max_wait", CodeWaitingRoomFull "waiting_room_full", CodeEvicted "evicted"
-// or CodeQueueFull "queue_full"; EventRejected CodeTooManyPermits
+// or CodeQueueFull "queue_full", and from a Partitioned bulkhead
+// CodeOverShare "over_share"; EventRejected CodeTooManyPermits
 // "too_many_permits", CodeClosed "closed" or CodeTooManyKeys "too_many_keys";
 // EventDropped CodeQueueTimeout "queue_timeout", CodeContextDone
 // "context_done" or CodeShutdown "shutdown".
