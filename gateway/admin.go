@@ -24,6 +24,7 @@ import (
 	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/circuit"
 	"github.com/watertight-go/watertight/contrib/watertightprom"
+	"github.com/watertight-go/watertight/limit"
 )
 
 // State is the JSON view of the gateway's protections, served at /state
@@ -62,7 +63,11 @@ type RouteState struct {
 	Name     string             `json:"name"`
 	Upstream string             `json:"upstream"`
 	Bulkhead *bulkhead.Snapshot `json:"bulkhead,omitempty"`
-	Budget   *budget.Snapshot   `json:"retry_budget,omitempty"`
+	// Tenants are the route's tenants' shares (Route.Tenants).
+	Tenants *bulkhead.PartitionedSnapshot `json:"tenants,omitempty"`
+	// Limiter is the route's adaptive limiter (Route.Limiter).
+	Limiter *limit.Snapshot  `json:"limiter,omitempty"`
+	Budget  *budget.Snapshot `json:"retry_budget,omitempty"`
 }
 
 // State returns the state of every protection.
@@ -99,6 +104,14 @@ func (g *Gateway) State() State {
 		if rt.budget != nil {
 			b := rt.budget.Snapshot()
 			rs.Budget = &b
+		}
+		if rt.tenants != nil {
+			p := rt.tenants.Snapshot()
+			rs.Tenants = &p
+		}
+		if rt.limiter != nil {
+			l := rt.limiter.Snapshot()
+			rs.Limiter = &l
 		}
 		s.Routes = append(s.Routes, rs)
 	}

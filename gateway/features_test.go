@@ -266,3 +266,67 @@ routes:
 		t.Fatal("five tenants all got acme's shard: the key is not used")
 	}
 }
+
+// Tenants: a flood of the free tier is refused in its own share, while
+// the premium tier, under its share, gets through without a refusal; the
+// same flood through one plain bulkhead of the same size refuses premium
+// too.
+func TestTenantsKeepPremiumThroughAFreeFlood(t *testing.T) {
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(30 * time.Millisecond) // the upstream's pace, not synchronisation
+	})
+	run := func(admission string) (premiumRefused, freeRefused int64) {
+		_, srv := front(t, listener+fmt.Sprintf(`
+bulkheads:
+  plain: {max_concurrent: 8, max_wait: 5ms}
+upstreams:
+  a: {hosts: [%s]}
+routes:
+  r:
+    upstream: a
+%s
+`, b.host, admission))
+		c := client(t)
+		c.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+		var pr, fr atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 24 { // the free tier: 24 in flight, 12 times its share of 2
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if code, _, _ := get(t, c, "GET", srv.URL+"/", http.Header{"X-Tier": {"free"}}, ""); code != 200 {
+						fr.Add(1)
+					}
+				}
+			})
+		}
+		time.Sleep(100 * time.Millisecond) // let the flood build up: the load's shape
+		var pw sync.WaitGroup
+		for range 3 { // premium: 3 in flight, under its share of 6
+			pw.Go(func() {
+				for range 10 {
+					if code, _, _ := get(t, c, "GET", srv.URL+"/", http.Header{"X-Tier": {"premium"}}, ""); code != 200 {
+						pr.Add(1)
+					}
+				}
+			})
+		}
+		pw.Wait()
+		close(stop)
+		wg.Wait()
+		return pr.Load(), fr.Load()
+	}
+	pr, fr := run("    tenants: {key: header X-Tier, max_concurrent: 8, max_wait: 5ms, shares: {premium: 3, free: 1}}")
+	if pr != 0 || fr == 0 {
+		t.Fatalf("tenants: %d premium requests refused (want 0), %d free ones (want many)", pr, fr)
+	}
+	pr, _ = run("    bulkhead: plain")
+	if pr == 0 {
+		t.Fatal("one plain bulkhead refused no premium request under the flood: the test does not show what tenants change")
+	}
+}

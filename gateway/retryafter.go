@@ -33,14 +33,22 @@ func retryAfterValue(d time.Duration) string {
 // newcomer: the calls in flight and waiting, each taking the route's
 // typical time, MaxConcurrent at a time.
 func (rt *route) drainTime() time.Duration {
-	if rt.bulk == nil {
+	var waiting, max int
+	switch {
+	case rt.bulk != nil:
+		s := rt.bulk.Snapshot()
+		waiting, max = s.Waiting, s.MaxConcurrent
+	case rt.tenants != nil:
+		s := rt.tenants.Snapshot()
+		waiting, max = s.Waiting, s.MaxConcurrent
+	case rt.limiter != nil:
+		s := rt.limiter.Snapshot()
+		waiting, max = s.Waiting, s.Limit
+	}
+	if max <= 0 {
 		return rt.latency.value()
 	}
-	s := rt.bulk.Snapshot()
-	if s.MaxConcurrent <= 0 {
-		return rt.latency.value()
-	}
-	return time.Duration(float64(rt.latency.value()) * float64(s.Waiting+1) / float64(s.MaxConcurrent))
+	return time.Duration(float64(rt.latency.value()) * float64(waiting+1) / float64(max))
 }
 
 // upstreamBack is how long until the route's upstream can be asked again

@@ -51,7 +51,8 @@ type route struct {
 	idem    *idemStore      // kept across reloads while its settings stay
 	grpc    map[string]bool // the retryable methods of a gRPC route
 	lis     map[string]bool // nil: every listener
-	tenants *bulkhead.Bulkhead
+	tenants   *bulkhead.Partitioned
+	tenantKey keyFunc
 }
 
 // target is an upstream a route sends to, and the Transport that sends
@@ -325,12 +326,12 @@ func (rt *route) proxy(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		defer func() { rt.judge(p, w, r, time.Since(start)) }()
 	case rt.tenants != nil:
-		release, err := rt.admitTenant(w, r)
-		if err != nil {
+		i := rt.tenants.Index(rt.tenantKey(r, listenerOf(w)))
+		if err := rt.tenants.Acquire(ctx, i); err != nil {
 			rt.refuseAdmission(w, r, err)
 			return
 		}
-		defer release()
+		defer rt.tenants.Release(i)
 	}
 	rt.inner.ServeHTTP(w, r)
 }

@@ -1,8 +1,10 @@
 package gateway
 
 import (
-	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -40,10 +42,6 @@ func (g *Gateway) routeIdemStore(rc Route, prev *route) (*idemStore, error) {
 	}
 }
 
-// errNotBuilt refuses a file that uses a part of the configuration this
-// build does not have yet.
-var errNotBuilt = errors.New("is not built yet")
-
 // shard sets the Transport's shuffle sharding for route rc: each tenant's
 // requests go to a stable subset of Shard.Size hosts of the pool. The key
 // is read from the upstream request, whose forwarding headers the gateway
@@ -71,15 +69,35 @@ func (k KeySpec) upstreamFn() func(*http.Request) string {
 	}
 }
 
-// buildTenants makes the route's tenant shares.
+// buildTenants makes the route's tenant shares: a bulkhead.Partitioned
+// of Tenants.MaxConcurrent permits, a partition per tenant the file names
+// (in the order of their names, so that a reload with the same tenants
+// reconfigures it in place, keeping its permits in flight) and one,
+// "default", that every other tenant shares.
 func (rt *route) buildTenants(g *Gateway, t *table, prev *route) error {
-	if rt.cfg.Tenants != nil {
-		return errNotBuilt
+	tc := rt.cfg.Tenants
+	if tc == nil {
+		return nil
 	}
+	cfg := bulkhead.PartitionedConfig{
+		Name: rt.cfg.Name, MaxConcurrent: tc.MaxConcurrent, DefaultWeight: tc.DefaultShare,
+		MaxWait: tc.MaxWait, MaxWaiters: tc.MaxQueue, Listener: g.lis,
+	}
+	if tc.MaxWait == 0 {
+		cfg.MaxWait = bulkhead.NoWait
+	}
+	for _, name := range slices.Sorted(maps.Keys(tc.Shares)) {
+		cfg.Partitions = append(cfg.Partitions, bulkhead.PartitionConfig{Name: name, Weight: tc.Shares[name]})
+	}
+	rt.tenantKey = tc.Key.fn()
+	if prev != nil && prev.tenants != nil && prev.tenants.Reconfigure(cfg) == nil {
+		rt.tenants = prev.tenants
+		return nil
+	}
+	p, err := bulkhead.NewPartitioned(cfg)
+	if err != nil {
+		return fmt.Errorf("tenants: %w", err)
+	}
+	rt.tenants = p
 	return nil
-}
-
-// admitTenant takes a permit of the request's tenant's share.
-func (rt *route) admitTenant(w http.ResponseWriter, r *http.Request) (release func(), err error) {
-	return nil, bulkhead.ErrFull
 }

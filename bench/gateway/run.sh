@@ -11,7 +11,12 @@
 # ReverseProxy with a buffer pool) and watertight (bench/gateway/gateway.yaml:
 # a route with every protection on: incoming deadlines and shedding, a
 # bulkhead, a timeout and a per-try timeout, retries under a budget, the
-# balancer with outlier ejection, a breaker per host, a fallback). For each
+# balancer with outlier ejection, a breaker per host, a fallback); then the
+# same route with one more feature each: +tenants (gateway-tenants.yaml:
+# fair shares per X-Tier in place of the bulkhead, wrk sending X-Tier:
+# premium), +hedging (gateway-hedge.yaml: hedged reads at the route's p95)
+# and +idempotency (gateway-idempotency.yaml: wrk POSTs, each with a new
+# Idempotency-Key, run once through the in-memory store). For each
 # number of connections (64 and 256), the configurations run in turn, REPEATS
 # times (default 3), interleaved so that drift hits all alike; each run is
 # DURATION long (default 10s) with wrk -t1. Reported per configuration:
@@ -72,6 +77,19 @@ backend=127.0.0.1:9100
 plain_pid=$!
 "$work/watertight" proxy --config "$root/bench/gateway/gateway.yaml" --watch 0 2>"$work/watertight.log" & pids+=($!)
 wt_pid=$!
+declare -A extra_pid
+for v in tenants hedge idempotency; do
+	"$work/watertight" proxy --config "$root/bench/gateway/gateway-$v.yaml" --watch 0 2>"$work/watertight-$v.log" & pids+=($!)
+	extra_pid[$v]=$!
+done
+cat >"$work/idempotency.lua" <<'LUA'
+-- A POST with a new Idempotency-Key each time.
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("POST", "/", {["Idempotency-Key"] = string.format('"%d-%d"', math.random(1, 2^31), n)}, "x")
+end
+LUA
 cat >"$work/nginx.conf" <<EOF
 worker_processes auto;
 worker_rlimit_nofile 65536;
@@ -95,7 +113,9 @@ EOF
 nginx -c "$work/nginx.conf" -p "$work"
 for i in $(seq 100); do
 	curl -fsS -o /dev/null http://127.0.0.1:9100/ && curl -fsS -o /dev/null http://127.0.0.1:9200/ &&
-		curl -fsS -o /dev/null http://127.0.0.1:9300/ && curl -fsS -o /dev/null http://127.0.0.1:9400/ && break
+		curl -fsS -o /dev/null http://127.0.0.1:9300/ && curl -fsS -o /dev/null http://127.0.0.1:9400/ &&
+		curl -fsS -o /dev/null http://127.0.0.1:9410/ && curl -fsS -o /dev/null http://127.0.0.1:9420/ &&
+		curl -fsS -o /dev/null -H X-Tier:premium http://127.0.0.1:9430/ && break
 	sleep 0.1
 done
 nginx_pids() { echo "$(cat "$work/nginx.pid") $(pgrep -P "$(cat "$work/nginx.pid")" | tr '\n' ' ')"; }
@@ -110,8 +130,11 @@ cpu_ticks() {
 }
 hz=$(getconf CLK_TCK)
 
-declare -A port=([nothing]=9100 [nginx]=9300 [plainproxy]=9200 [watertight]=9400)
-configs=(nothing nginx plainproxy watertight)
+declare -A port=([nothing]=9100 [nginx]=9300 [plainproxy]=9200 [watertight]=9400 [+tenants]=9430 [+hedging]=9410 [+idempotency]=9420)
+configs=(nothing nginx plainproxy watertight +tenants +hedging +idempotency)
+base_configs=(nothing nginx plainproxy watertight) # the fixed-rate runs' (GETs)
+# wrk's arguments beside the URL, per configuration.
+declare -A wrkargs=([+tenants]="-H X-Tier:premium" [+idempotency]="-s $work/idempotency.lua")
 results="$work/results.tsv"
 : >"$results"
 for conns in 64 256; do
@@ -122,10 +145,14 @@ for conns in 64 256; do
 			nginx) procs=$(nginx_pids) ;;
 			plainproxy) procs=$plain_pid ;;
 			watertight) procs=$wt_pid ;;
+			+tenants) procs=${extra_pid[tenants]} ;;
+			+hedging) procs=${extra_pid[hedge]} ;;
+			+idempotency) procs=${extra_pid[idempotency]} ;;
 			esac
 			before=0
 			[ -n "$procs" ] && before=$(cpu_ticks $procs)
-			out=$(wrk -t1 -c"$conns" -d"$duration" --latency "http://127.0.0.1:${port[$c]}/")
+			# shellcheck disable=SC2086
+			out=$(wrk -t1 -c"$conns" -d"$duration" --latency ${wrkargs[$c]:-} "http://127.0.0.1:${port[$c]}/")
 			after=0
 			[ -n "$procs" ] && after=$(cpu_ticks $procs)
 			reqs=$(echo "$out" | awk '/requests in/ {print $1}')
@@ -148,7 +175,7 @@ rate=$(awk -v r="$nginx_sat" -v f="$rate_share" 'BEGIN {printf "%d", r*f}')
 fixed="$work/fixed.tsv"
 : >"$fixed"
 for r in $(seq "$repeats"); do
-	for c in "${configs[@]}"; do
+	for c in "${base_configs[@]}"; do
 		line=$("$work/rateload" -url "http://127.0.0.1:${port[$c]}/" -rate "$rate" -d "$duration")
 		p50=$(echo "$line" | sed 's/.*p50_ms=\([0-9.]*\).*/\1/')
 		p99=$(echo "$line" | sed 's/.*p99_ms=\([0-9.]*\).*/\1/')
@@ -197,6 +224,15 @@ for conns in 64 256; do
 	done
 done
 echo
+for conns in 64 256; do
+	plain=$(vals "$conns" plainproxy 6 | median)
+	nginx=$(vals "$conns" nginx 6 | median)
+	for c in watertight +tenants +hedging +idempotency; do
+		cpu=$(vals "$conns" "$c" 6 | median)
+		awk -v n="$conns" -v c="$c" -v a="$cpu" -v p="$plain" -v g="$nginx" 'BEGIN {printf "- %d connections, %s: %.2f× the plain ReverseProxy'"'"'s CPU per request, %.2f× nginx'"'"'s\n", n, c, a/p, a/g}'
+	done
+done
+echo
 echo "At a fixed $rate requests/s ($rate_share of nginx's $nginx_sat at 64 connections), open loop (bench/cmd/rateload):"
 echo
 echo "| configuration | p50 (ms) | p99 (ms) | added p50 (ms) | added p99 (ms) | errors |"
@@ -204,7 +240,7 @@ echo "| --- | --- | --- | --- | --- | --- |"
 fvals() { awk -F'\t' -v c="$1" -v k="$2" '$1==c {print $k}' "$fixed"; }
 f50=$(fvals nothing 2 | median)
 f99=$(fvals nothing 3 | median)
-for c in "${configs[@]}"; do
+for c in "${base_configs[@]}"; do
 	p50=$(fvals "$c" 2 | median)
 	p99=$(fvals "$c" 3 | median)
 	errs=$(fvals "$c" 4 | awk '{s+=$1} END {print s+0}')
