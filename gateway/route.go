@@ -35,22 +35,22 @@ import (
 // route timeouts).
 
 type route struct {
-	cfg     Route
-	up      *upstream // the route's own upstream
-	main    *target   // the route's own upstream's target
-	cells   map[string]*target
-	cellKey keyFunc
-	guarded http.Handler // the guards, then proxy
-	inner   http.Handler // chaos and idempotency around forward, or forward
-	log     *accessLog
-	latency ewma // of the route's answers, for Retry-After
-	bulk    *bulkhead.Bulkhead
-	limiter *limit.Limiter
-	budget  *budget.Budget
-	hedge   *hedge.Policy   // the route's own policy (hedges: entry without a budget), kept across reloads
-	idem    *idemStore      // kept across reloads while its settings stay
-	grpc    map[string]bool // the retryable methods of a gRPC route
-	lis     map[string]bool // nil: every listener
+	cfg       Route
+	up        *upstream // the route's own upstream
+	main      *target   // the route's own upstream's target
+	cells     map[string]*target
+	cellKey   keyFunc
+	guarded   http.Handler // the guards, then proxy
+	inner     http.Handler // chaos and idempotency around forward, or forward
+	log       *accessLog
+	latency   ewma // of the route's answers, for Retry-After
+	bulk      *bulkhead.Bulkhead
+	limiter   *limit.Limiter
+	budget    *budget.Budget
+	hedge     *hedge.Policy   // the route's own policy (hedges: entry without a budget), kept across reloads
+	idem      *idemStore      // kept across reloads while its settings stay
+	grpc      map[string]bool // the retryable methods of a gRPC route
+	lis       map[string]bool // nil: every listener
 	tenants   *bulkhead.Partitioned
 	tenantKey keyFunc
 }
