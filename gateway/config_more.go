@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/watertight-go/watertight/balance"
+	"github.com/watertight-go/watertight/bulkhead"
 	"github.com/watertight-go/watertight/contrib/watertightconfig"
 )
 
@@ -359,6 +360,11 @@ func (c *Config) checkRouteMore(d *watertightconfig.Decoder, r *Route, line int)
 	if r.Cells != nil {
 		for _, k := range slices.Sorted(maps.Keys(r.Cells.Pools)) {
 			d.Missing(r.cellNodes, path+".cells.pools."+k, "upstream", "upstreams", r.Cells.Pools[k], slices.Sorted(maps.Keys(c.Upstreams)))
+		}
+	}
+	if r.Tenants != nil && r.Tenants.MaxConcurrent > 0 {
+		if _, err := bulkhead.NewPartitioned(r.Tenants.partitioned(r.Name)); err != nil {
+			d.FailLine(line, path+".tenants", "%v", strings.TrimPrefix(err.Error(), "bulkhead: "))
 		}
 	}
 	if r.Tenants != nil && r.Bulkhead != "" {

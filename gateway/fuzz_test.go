@@ -27,6 +27,11 @@ func FuzzParse(f *testing.F) {
 		"routes: {r: {upstream: a, timeout: off, per_try_timeout: 1s, methods: [get], path_prefix: api, fallback: {status: 99}}}\n",
 		"routes: [1, 2]\nadmin: {address: nope}\n",
 		"x-a: &a {hosts: [127.0.0.1:1]}\nupstreams: {a: *a, b: {<<: *a, scheme: ftp}}\n",
+		"listeners: {public: {address: 127.0.0.1:8080}}\nupstreams: {a: {hosts: [127.0.0.1:1, 127.0.0.1:2], protocol: h2c}, b: {hosts: [127.0.0.1:3]}}\n" +
+			"routes: {r: {upstream: a, tenants: {key: header X-Tier, max_concurrent: 4, shares: {premium: 3, free: 1}}, cells: {key: api_key, pools: {acme: b}}, shard: {key: client_address, size: 2}, grpc: {retryable: [/p.S/M]}}}\n",
+		"hedges: {h: {delay: 5ms, percentile: off}}\nlimiters: {l: {}}\nlisteners: {public: {address: 127.0.0.1:8080}}\nupstreams: {a: {hosts: [127.0.0.1:1], limiter: l}}\n" +
+			"routes: {r: {upstream: a, hedge: h, limiter: l, idempotency: {store: redis, redis: 127.0.0.1:1, scope: shared}, chaos: {latency: 5ms, latency_rate: 10%, abort_rate: 1%}}}\n",
+		"routes: {r: {upstream: a, tenants: {key: header x, max_concurrent: 1, shares: {a: 1, b: 2}}, shard: {key: header, size: 99}, chaos: {}, grpc: {retryable: [nope]}}}\n",
 	} {
 		f.Add(s)
 	}

@@ -194,6 +194,9 @@ func (g *Gateway) build(cfg *Config, old *table) (*table, error) {
 				IdleConnTimeout:       90 * time.Second,
 				TLSHandshakeTimeout:   5 * time.Second,
 				ExpectContinueTimeout: time.Second,
+				// The client's Accept-Encoding goes through as it is: no
+				// gzip asked for on its behalf and undone here.
+				DisableCompression: true,
 			}
 			if u.ServerName != "" {
 				tr.TLSClientConfig = &tls.Config{ServerName: u.ServerName}

@@ -69,6 +69,21 @@ func (k KeySpec) upstreamFn() func(*http.Request) string {
 	}
 }
 
+// partitioned is the bulkhead.PartitionedConfig of route's tenants.
+func (tc *Tenants) partitioned(route string) bulkhead.PartitionedConfig {
+	cfg := bulkhead.PartitionedConfig{
+		Name: route, MaxConcurrent: tc.MaxConcurrent, DefaultWeight: tc.DefaultShare,
+		MaxWait: tc.MaxWait, MaxWaiters: tc.MaxQueue,
+	}
+	if tc.MaxWait == 0 {
+		cfg.MaxWait = bulkhead.NoWait
+	}
+	for _, name := range slices.Sorted(maps.Keys(tc.Shares)) {
+		cfg.Partitions = append(cfg.Partitions, bulkhead.PartitionConfig{Name: name, Weight: tc.Shares[name]})
+	}
+	return cfg
+}
+
 // buildTenants makes the route's tenant shares: a bulkhead.Partitioned
 // of Tenants.MaxConcurrent permits, a partition per tenant the file names
 // (in the order of their names, so that a reload with the same tenants
@@ -79,16 +94,8 @@ func (rt *route) buildTenants(g *Gateway, t *table, prev *route) error {
 	if tc == nil {
 		return nil
 	}
-	cfg := bulkhead.PartitionedConfig{
-		Name: rt.cfg.Name, MaxConcurrent: tc.MaxConcurrent, DefaultWeight: tc.DefaultShare,
-		MaxWait: tc.MaxWait, MaxWaiters: tc.MaxQueue, Listener: g.lis,
-	}
-	if tc.MaxWait == 0 {
-		cfg.MaxWait = bulkhead.NoWait
-	}
-	for _, name := range slices.Sorted(maps.Keys(tc.Shares)) {
-		cfg.Partitions = append(cfg.Partitions, bulkhead.PartitionConfig{Name: name, Weight: tc.Shares[name]})
-	}
+	cfg := tc.partitioned(rt.cfg.Name)
+	cfg.Listener = g.lis
 	rt.tenantKey = tc.Key.fn()
 	if prev != nil && prev.tenants != nil && prev.tenants.Reconfigure(cfg) == nil {
 		rt.tenants = prev.tenants
