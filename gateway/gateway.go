@@ -363,8 +363,10 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and path prefix match, the most specific (moreSpecific).
 func (t *table) match(listener string, r *http.Request) *route {
 	host := strings.ToLower(r.Host)
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	if strings.IndexByte(host, ':') >= 0 {
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
 	}
 	var best *route
 	for _, rt := range t.routes {

@@ -64,24 +64,29 @@ func serverRequest() *http.Request {
 // difference is the gateway's work per request alone. bench/gateway/run.sh
 // measures the whole process on loopback.
 func BenchmarkOverhead(b *testing.B) {
-	cfg, err := gateway.Parse("bench.yaml", []byte(listener+`
+	build := func(extra string) http.Handler {
+		cfg, err := gateway.Parse("bench.yaml", []byte(listener+`
 breakers:
   per-host: {min_calls: 20}
 bulkheads:
   route: {max_concurrent: 10000, max_wait: 100ms}
+hedges:
+  reads: {percentile: 0.95, min_delay: 1ms}
 upstreams:
   backend: {hosts: ["127.0.0.1:9100"], breaker: per-host}
 routes:
-  all: {upstream: backend, timeout: 5s, per_try_timeout: 2s, bulkhead: route, fallback: {status: 503, body: down}}
+  all: {upstream: backend, timeout: 5s, per_try_timeout: 2s, fallback: {status: 503, body: down}, `+extra+`}
 `))
-	if err != nil {
-		b.Fatal(err)
+		if err != nil {
+			b.Fatal(err)
+		}
+		g, err := gateway.New(cfg, gateway.WithBase(gateway.Options{Logger: quiet}, cannedTransport{}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(g.Close)
+		return g.Handler("public")
 	}
-	g, err := gateway.New(cfg, gateway.WithBase(gateway.Options{Logger: quiet}, cannedTransport{}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer g.Close()
 	u := &url.URL{Scheme: "http", Host: "127.0.0.1:9100"}
 	pool := sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 	plain := &httputil.ReverseProxy{
@@ -92,7 +97,12 @@ routes:
 	for _, c := range []struct {
 		name string
 		h    http.Handler
-	}{{"reverseproxy", plain}, {"gateway", g.Handler("public")}} {
+	}{
+		{"reverseproxy", plain},
+		{"gateway", build("bulkhead: route")},
+		{"gateway+tenants", build("tenants: {key: header X-Tier, max_concurrent: 10000, max_wait: 100ms, shares: {premium: 3, free: 1}}")},
+		{"gateway+hedging", build("bulkhead: route, hedge: reads")},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

@@ -138,14 +138,15 @@ func (t *HedgingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return t.base.RoundTrip(req)
 	}
 	ctx := req.Context()
-	if !retry.IsIdempotent(ctx) {
+	if !idempotentMethod(req.Method) && !retry.IsIdempotent(ctx) {
 		ctx = retry.Idempotent(ctx)
 	}
 	// With a Transport whose Balancer picks the host, the attempts share
 	// the hosts they went to, so that a hedge never goes where an attempt
 	// of its request already is.
-	ctx = &hostsInUse{Context: ctx}
 	h := &hedgedRequest{t: t, req: req}
+	h.inUse.Context = ctx
+	ctx = &h.inUse
 	if len(t.replicas) > 0 {
 		h.start = t.next.Add(1) - 1
 	}
@@ -166,6 +167,7 @@ type hostsInUse struct {
 	context.Context
 	mu    sync.Mutex
 	hosts []*balance.Host
+	first [2]*balance.Host // hosts' first array: a request and one hedge
 }
 
 type hostsInUseKey struct{}
@@ -192,6 +194,9 @@ func (h *hostsInUse) has(host *balance.Host) bool {
 
 func (h *hostsInUse) add(host *balance.Host) {
 	h.mu.Lock()
+	if h.hosts == nil {
+		h.hosts = h.first[:0]
+	}
 	h.hosts = append(h.hosts, host)
 	h.mu.Unlock()
 }
@@ -201,6 +206,7 @@ type hedgedRequest struct {
 	t     *HedgingTransport
 	req   *http.Request
 	start uint64 // the first replica hedges go to
+	inUse hostsInUse
 }
 
 // url returns the URL of attempt n.
@@ -256,6 +262,9 @@ func (h *hedgedRequest) attempt(ctx context.Context, n int) (*http.Response, err
 		}
 		r.Body = body
 	}
+	// Each attempt's header is a copy of its own: a hedge reads the
+	// request's while the first attempt is sent (a base Transport with
+	// OwnsRequests sets its headers in the copy it is given).
 	hdr := header(h.req.Header)
 	r.Header = hdr
 	hdr[HeaderAttempt] = attemptValue(n)
