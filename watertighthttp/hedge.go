@@ -138,8 +138,8 @@ func (t *HedgingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		return t.base.RoundTrip(req)
 	}
 	ctx := req.Context()
-	if !idempotentMethod(req.Method) && !retry.IsIdempotent(ctx) {
-		ctx = retry.Idempotent(ctx)
+	if !retry.IsIdempotent(ctx) {
+		ctx = retry.Idempotent(ctx) // hedgeable: hedge.Do may send it twice
 	}
 	// With a Transport whose Balancer picks the host, the attempts share
 	// the hosts they went to, so that a hedge never goes where an attempt
