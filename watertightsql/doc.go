@@ -69,6 +69,6 @@
 // [CodeNoTime], [CodeNoBudget]). [DB.Snapshot] gives the shares, the
 // breaker, the pool's statistics and the DB's counters, for metrics.
 //
-// See docs/database-pools.md for sizing the shares, the retry rule and the
+// See docs/consumers.md for sizing the shares, the retry rule and the
 // pitfalls.
 package watertightsql
