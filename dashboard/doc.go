@@ -17,11 +17,12 @@
 //
 // For every watched protection: breakers (state, the rule that tripped,
 // failure, slow-call and saturation rates, time until half-open, trials),
-// bulkheads and pools (in use, waiting, rejections/s), budgets (balance,
-// refusals), throttlers, hedges (sent, wins), adaptive limiters (limit, in
-// flight), balancers (hosts, ejected); the events that refused or shed a
-// call, counted by their Code; the last few minutes as small charts; and
-// state changes as a timeline. A filter box, grouping by kind and by
+// bulkheads and pools (in use, waiting, rejections/s; a partitioned
+// bulkhead as a card per partition, in use against its guarantee and
+// borrowed), budgets (balance, refusals), throttlers, hedges (sent, wins),
+// adaptive limiters (limit, in flight), balancers (hosts, ejected); the
+// events that refused or shed a call, counted by their Code; the last few
+// minutes as small charts; and state changes as a timeline. A filter box, grouping by kind and by
 // registry, state words and icons beside the colours, light and dark themes
 // (the browser's prefers-color-scheme). The page loads nothing from
 // elsewhere: its script and style are embedded and inline, and its

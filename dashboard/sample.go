@@ -164,6 +164,11 @@ func (s *sampler) rows(out []row, src watch.Source, now time.Time, get func(evKe
 		for _, snap := range src.Bulkheads.Snapshots() {
 			out = append(out, s.bulkhead(src.Name, snap.Name, snap))
 		}
+	case src.Partitioned != nil:
+		snap := src.Partitioned.Snapshot()
+		for _, part := range snap.Partitions {
+			out = append(out, s.partition(src.Name, part, snap.Available))
+		}
 	case src.Pool != nil:
 		out = append(out, s.pool(src.Name, src.Pool.Snapshot()))
 	case src.Budget != nil:
@@ -252,6 +257,30 @@ func (s *sampler) bulkhead(group, key string, snap bulkhead.Snapshot) row {
 	}
 	r.Values = [2]float64{float64(snap.Active), float64(snap.Waiting)}
 	r.Max = float64(snap.MaxConcurrent)
+	return r
+}
+
+// partition is the row of one partition of a partitioned bulkhead: in the
+// bulkhead's group, as a registry's key. available is the whole
+// bulkhead's free permits.
+func (s *sampler) partition(group string, snap bulkhead.PartitionSnapshot, available int) row {
+	r := newRow(watch.Bulkhead, group, snap.Name)
+	rate := s.rates(r.ID, [4]uint64{snap.Rejected, snap.Acquired})
+	// Full: its calls queue, or no permit is free for its next one.
+	r.State, r.Level = loadState(rate[0], snap.Waiting > 0 || available == 0, snap.Active > 0)
+	if r.State == "busy" && snap.Borrowed > 0 {
+		r.State = "borrowing"
+	}
+	r.Fields = []string{
+		"in_use", strconv.Itoa(snap.Active),
+		"guaranteed", strconv.Itoa(snap.Guaranteed),
+		"borrowed", strconv.Itoa(snap.Borrowed),
+		"waiting", strconv.Itoa(snap.Waiting),
+		"rejected_s", perSec(rate[0]),
+		"admitted_s", perSec(rate[1]),
+	}
+	r.Values = [2]float64{float64(snap.Active), float64(snap.Waiting)}
+	r.Max = float64(snap.Guaranteed)
 	return r
 }
 

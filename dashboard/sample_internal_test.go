@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/watertight-go/watertight"
@@ -167,6 +168,96 @@ func TestRowsOfEveryKind(t *testing.T) {
 	if got := strings.Join(kinds, " "); got != "circuit bulkhead pool budget throttler concurrency hedge limiter balancer" {
 		t.Errorf("kinds in order %q", got)
 	}
+}
+
+// A partitioned bulkhead shows one row per partition, in the bulkhead's
+// group with the partition's name (as a registry's key): in use against its
+// guarantee, what it borrows, its queue and its rejections, and a state
+// word that says when it borrows, is full or refuses.
+func TestPartitionedRows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		set := new(watch.Set)
+		d := must(New(Config{Sources: set}))
+		defer d.Close()
+		p := must(bulkhead.NewPartitioned(bulkhead.PartitionedConfig{
+			Name:          "api",
+			MaxConcurrent: 4,
+			Partitions:    []bulkhead.PartitionConfig{{Name: "paid", Weight: 3}, {Name: "free", Weight: 1}},
+			Default:       "free",
+			Reserve:       -1, // lend every free permit
+			MaxWait:       -1, // wait until the caller's context ends
+		}))
+		set.AddPartitioned(p)
+		free, paid := p.Index("free"), p.Index("paid")
+		ctx := context.Background()
+
+		s := newSampler(d)
+		t0 := time.Now()
+		f := s.sample(t0, 0)
+		for _, id := range []string{"bulkhead/api/free", "bulkhead/api/paid"} {
+			if r := rowByID(t, f, id); r.State != "idle" || r.Level != "ok" || r.Kind != "bulkhead" || r.Group != "api" {
+				t.Errorf("%s at first: %+v, want idle, ok, kind bulkhead, group api", id, r)
+			}
+		}
+		// Rows by name within the group, whatever the partitions' order.
+		if len(f.Rows) != 2 || f.Rows[0].Name != "free" || f.Rows[1].Name != "paid" {
+			t.Fatalf("rows %+v, want free then paid", f.Rows)
+		}
+
+		// free takes its guarantee (1) and borrows two of paid's.
+		for range 3 {
+			if err := p.Acquire(ctx, free); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f = s.sample(t0.Add(time.Second), 0)
+		r := rowByID(t, f, "bulkhead/api/free")
+		if r.State != "borrowing" || r.Level != "ok" || field(r, "in_use") != "3" || field(r, "guaranteed") != "1" ||
+			field(r, "borrowed") != "2" || field(r, "waiting") != "0" || field(r, "admitted_s") != "3.0" {
+			t.Errorf("free borrowing: %+v, want borrowing, 3 in use of 1 guaranteed, 2 borrowed, 3.0 admitted/s", r)
+		}
+		if r.Values != [2]float64{3, 0} || r.Max != 1 {
+			t.Errorf("free chart: %v max %v, want [3 0] max 1 (its guarantee)", r.Values, r.Max)
+		}
+		if r := rowByID(t, f, "bulkhead/api/paid"); r.State != "idle" || field(r, "guaranteed") != "3" || field(r, "in_use") != "0" {
+			t.Errorf("paid: %+v, want idle, 0 in use of 3 guaranteed", r)
+		}
+
+		// paid takes the last permit and is refused the next; a call of free
+		// queues.
+		if err := p.Acquire(ctx, paid); err != nil {
+			t.Fatal(err)
+		}
+		if p.TryAcquire(paid) {
+			t.Fatal("TryAcquire with every permit held succeeded")
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- p.Acquire(wctx, free) }()
+		synctest.Wait()
+		f = s.sample(t0.Add(2*time.Second), 0)
+		if r := rowByID(t, f, "bulkhead/api/paid"); r.State != "rejecting" || r.Level != "bad" || field(r, "rejected_s") != "1.0" || field(r, "in_use") != "1" {
+			t.Errorf("paid refused: %+v, want rejecting, bad, 1.0 rejected/s, 1 in use", r)
+		}
+		if r := rowByID(t, f, "bulkhead/api/free"); r.State != "full" || r.Level != "warn" || field(r, "waiting") != "1" || r.Values != [2]float64{3, 1} {
+			t.Errorf("free queueing: %+v, want full, warn, 1 waiting, chart [3 1]", r)
+		}
+
+		cancel()
+		if err := <-errc; err == nil {
+			t.Fatal("cancelled Acquire succeeded")
+		}
+		for range 3 {
+			p.Release(free)
+		}
+		p.Release(paid)
+		f = s.sample(t0.Add(3*time.Second), 0)
+		for _, id := range []string{"bulkhead/api/free", "bulkhead/api/paid"} {
+			if r := rowByID(t, f, id); r.State != "idle" || field(r, "borrowed") != "0" || field(r, "waiting") != "0" {
+				t.Errorf("%s after the releases: %+v, want idle, nothing borrowed or waiting", id, r)
+			}
+		}
+	})
 }
 
 // An open breaker's row shows the rule that tripped it, from its state

@@ -53,3 +53,25 @@ routes:
 		t.Fatalf("POST to the read-only dashboard: %d", code)
 	}
 }
+
+// A route's tenants show on the dashboard and in /metrics, a row per
+// tenant.
+func TestTenantsAreWatched(t *testing.T) {
+	b := newBackend(t, func(w http.ResponseWriter, r *http.Request) {})
+	g, _ := front(t, listener+fmt.Sprintf(`
+upstreams:
+  a: {hosts: [%s]}
+routes:
+  shop: {upstream: a, tenants: {key: header X-Tier, max_concurrent: 8, shares: {premium: 3, gold-tier: 1}}}
+`, b.host))
+	adm := httptest.NewServer(g.Admin())
+	defer adm.Close()
+	c := client(t)
+	_, state, _ := get(t, c, "GET", adm.URL+"/dashboard/state.json", nil, "")
+	_, metrics, _ := get(t, c, "GET", adm.URL+"/metrics", nil, "")
+	for _, where := range []struct{ name, body string }{{"the dashboard", state}, {"/metrics", metrics}} {
+		if !strings.Contains(where.body, "gold-tier") {
+			t.Errorf("%s does not show the tenant gold-tier", where.name)
+		}
+	}
+}

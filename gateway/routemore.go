@@ -99,12 +99,13 @@ func (rt *route) buildTenants(g *Gateway, t *table, prev *route) error {
 	rt.tenantKey = tc.Key.fn()
 	if prev != nil && prev.tenants != nil && prev.tenants.Reconfigure(cfg) == nil {
 		rt.tenants = prev.tenants
-		return nil
+	} else {
+		p, err := bulkhead.NewPartitioned(cfg)
+		if err != nil {
+			return fmt.Errorf("tenants: %w", err)
+		}
+		rt.tenants = p
 	}
-	p, err := bulkhead.NewPartitioned(cfg)
-	if err != nil {
-		return fmt.Errorf("tenants: %w", err)
-	}
-	rt.tenants = p
+	t.metrics["tenants/"+rt.cfg.Name] = g.watched.AddPartitioned(rt.tenants) // /metrics and the dashboard
 	return nil
 }

@@ -1,8 +1,8 @@
 // Package watch is the set of protections a program shows: its breakers,
-// bulkheads, worker pools, budgets, throttlers, hedge policies, adaptive
-// limiters and balancers, each under a name. A program fills one Set once and
-// hands it to every reader: the Prometheus collector
-// (contrib/watertightprom), the OpenTelemetry metrics
+// bulkheads (partitioned ones too), worker pools, budgets, throttlers,
+// hedge policies, adaptive limiters and balancers, each under a name. A
+// program fills one Set once and hands it to every reader: the Prometheus
+// collector (contrib/watertightprom), the OpenTelemetry metrics
 // (contrib/watertightotel) and the live page (package dashboard) each read
 // the snapshots of what the Set holds when they collect, so a protection
 // registered once is exported and shown everywhere.

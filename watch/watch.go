@@ -15,8 +15,9 @@ import (
 )
 
 // Kind is the family of a Source. A name is unique within a kind: a breaker
-// and a breaker registry share Circuit, a bulkhead and a bulkhead registry
-// share Bulkhead, a limiter and a limiter registry share Limiter.
+// and a breaker registry share Circuit, a bulkhead, a bulkhead registry and
+// a partitioned bulkhead share Bulkhead, a limiter and a limiter registry
+// share Limiter.
 type Kind uint8
 
 // The kinds, in the order Set.Sources lists them.
@@ -60,15 +61,19 @@ func (k Kind) String() string {
 type Source struct {
 	Kind Kind
 	// Name is the name the protection was added under: its own name
-	// (Config.Name) for a breaker, bulkhead, pool, hedge policy, limiter
-	// or balancer, the name given to Add for budgets, throttlers and
-	// registries. A registry's snapshots carry each key in their Name.
+	// (Config.Name) for a breaker, bulkhead, partitioned bulkhead, pool,
+	// hedge policy, limiter or balancer, the name given to Add for
+	// budgets, throttlers and registries. A registry's snapshots carry
+	// each key in their Name; a partitioned bulkhead's snapshot carries
+	// each partition's name in its PartitionSnapshot's Name, which
+	// readers show as the key.
 	Name string
 
 	Breaker     *circuit.Breaker
 	Breakers    *circuit.Registry
 	Bulkhead    *bulkhead.Bulkhead
 	Bulkheads   *bulkhead.Registry
+	Partitioned *bulkhead.Partitioned
 	Pool        *bulkhead.Pool
 	Budget      *budget.Budget
 	Throttler   *budget.Throttler
@@ -151,6 +156,18 @@ func (set *Set) AddBulkheadRegistry(name string, r *bulkhead.Registry) (remove f
 		return noop
 	}
 	return set.add(&Source{Kind: Bulkhead, Name: name, Bulkheads: r})
+}
+
+// AddPartitioned watches the partitioned bulkhead p under its name
+// (PartitionedConfig.Name), in the Bulkhead kind: readers show it as a
+// bulkhead registry whose keys are its partitions, each partition's name
+// the key. Adding it under the name of a bulkhead or bulkhead registry
+// already watched replaces that one, and the other way round.
+func (set *Set) AddPartitioned(p *bulkhead.Partitioned) (remove func()) {
+	if p == nil {
+		return noop
+	}
+	return set.add(&Source{Kind: Bulkhead, Name: p.Snapshot().Name, Partitioned: p})
 }
 
 // AddPool watches the worker pool p under its name (PoolConfig.Name).

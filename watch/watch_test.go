@@ -29,6 +29,7 @@ func TestAddEveryKind(t *testing.T) {
 	brs := must(circuit.NewRegistry(circuit.RegistryConfig{Config: circuit.Config{Name: "hosts"}}))
 	bh := must(bulkhead.New(bulkhead.Config{Name: "payments", MaxConcurrent: 4}))
 	bhs := must(bulkhead.NewRegistry(bulkhead.RegistryConfig{Config: bulkhead.Config{MaxConcurrent: 4}}))
+	part := must(bulkhead.NewPartitioned(bulkhead.PartitionedConfig{Name: "api", MaxConcurrent: 4, Partitions: []bulkhead.PartitionConfig{{Name: "free"}, {Name: "paid"}}}))
 	pool := must(bulkhead.NewPool(bulkhead.PoolConfig{Name: "mail", Workers: 1}))
 	defer pool.Shutdown(t.Context())
 	bud := must(budget.New(budget.Config{}))
@@ -44,6 +45,7 @@ func TestAddEveryKind(t *testing.T) {
 	set.AddBreakerRegistry("hosts", brs)
 	set.AddBulkhead(bh)
 	set.AddBulkheadRegistry("routes", bhs)
+	set.AddPartitioned(part)
 	set.AddPool(pool)
 	set.AddBudget("retries", bud)
 	set.AddThrottler("throttle", thr)
@@ -61,6 +63,7 @@ func TestAddEveryKind(t *testing.T) {
 	wants := []want{
 		{watch.Circuit, "hosts", func(s watch.Source) any { return s.Breakers }},
 		{watch.Circuit, "payments", func(s watch.Source) any { return s.Breaker }},
+		{watch.Bulkhead, "api", func(s watch.Source) any { return s.Partitioned }},
 		{watch.Bulkhead, "payments", func(s watch.Source) any { return s.Bulkhead }},
 		{watch.Bulkhead, "routes", func(s watch.Source) any { return s.Bulkheads }},
 		{watch.Pool, "mail", func(s watch.Source) any { return s.Pool }},
@@ -92,7 +95,7 @@ func TestAddEveryKind(t *testing.T) {
 
 func countSet(s watch.Source) int {
 	n := 0
-	for _, p := range []bool{s.Breaker != nil, s.Breakers != nil, s.Bulkhead != nil, s.Bulkheads != nil, s.Pool != nil,
+	for _, p := range []bool{s.Breaker != nil, s.Breakers != nil, s.Bulkhead != nil, s.Bulkheads != nil, s.Partitioned != nil, s.Pool != nil,
 		s.Budget != nil, s.Throttler != nil, s.Concurrency != nil, s.Hedge != nil, s.Limiter != nil, s.Limiters != nil, s.Balancer != nil} {
 		if p {
 			n++
@@ -131,10 +134,29 @@ func TestReplaceAndRemove(t *testing.T) {
 	}
 }
 
+// A partitioned bulkhead is in the Bulkhead kind: under the name of a
+// bulkhead it replaces it, and a bulkhead replaces it in turn.
+func TestPartitionedSharesBulkheadKind(t *testing.T) {
+	var set watch.Set
+	bh := must(bulkhead.New(bulkhead.Config{Name: "api", MaxConcurrent: 2}))
+	part := must(bulkhead.NewPartitioned(bulkhead.PartitionedConfig{Name: "api", MaxConcurrent: 2}))
+	set.AddBulkhead(bh)
+	removePart := set.AddPartitioned(part)
+	if s := set.Sources(); len(s) != 1 || s[0].Kind != watch.Bulkhead || s[0].Name != "api" || s[0].Partitioned != part || s[0].Bulkhead != nil {
+		t.Fatalf("after AddPartitioned: %+v, want the partitioned bulkhead alone, as bulkhead \"api\"", s)
+	}
+	set.AddBulkhead(bh)
+	removePart() // replaced: nothing happens
+	if s := set.Sources(); len(s) != 1 || s[0].Bulkhead != bh {
+		t.Fatalf("after AddBulkhead and a stale remove: %+v, want the bulkhead alone", s)
+	}
+}
+
 func TestNilIgnored(t *testing.T) {
 	var set watch.Set
 	removes := []func(){
 		set.AddBreaker(nil), set.AddBreakerRegistry("x", nil), set.AddBulkhead(nil), set.AddBulkheadRegistry("x", nil),
+		set.AddPartitioned(nil),
 		set.AddPool(nil), set.AddBudget("x", nil), set.AddThrottler("x", nil), set.AddConcurrency("x", nil),
 		set.AddHedge(nil), set.AddLimiter(nil), set.AddLimiterRegistry("x", nil), set.AddBalancer(nil),
 	}

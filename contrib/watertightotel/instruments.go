@@ -13,7 +13,7 @@ type instruments struct {
 	circuitFailureRatio, circuitSlowCallRatio                                                               metric.Float64Observable
 
 	bulkheadLimit, bulkheadActive, bulkheadQueued, bulkheadAvailable, bulkheadRejections metric.Int64Observable
-	bulkheadAcquisitions, bulkheadCancellations                                          metric.Int64Observable
+	bulkheadAcquisitions, bulkheadCancellations, bulkheadGuaranteed, bulkheadBorrowed    metric.Int64Observable
 	poolQueueCapacity, poolDropped, poolCompleted, poolPanicked                          metric.Int64Observable
 
 	budgetDeposits, budgetWithdrawals, budgetRefusals        metric.Int64Observable
@@ -72,13 +72,15 @@ func (in *instruments) init(meter metric.Meter) ([]metric.Observable, error) {
 	in.circuitRejections = counter("watertight.circuit.rejections", "{call}", "Calls the breaker rejected (open, forced open, or half-open with every trial in flight).")
 	in.circuitOpens = counter("watertight.circuit.opens", "{open}", "Times the breaker opened, forced openings included.")
 
-	in.bulkheadLimit = updown("watertight.bulkhead.limit", "{permit}", "Permits of a semaphore bulkhead, or workers of a pool.")
-	in.bulkheadActive = updown("watertight.bulkhead.active", "{call}", "Permits held (semaphore) or workers running a task (pool).")
-	in.bulkheadQueued = updown("watertight.bulkhead.queued", "{call}", "Callers waiting for a permit (semaphore) or tasks waiting for a worker (pool).")
-	in.bulkheadAvailable = updown("watertight.bulkhead.available", "{permit}", "Permits (semaphore) or idle workers (pool) free now.")
-	in.bulkheadRejections = counter("watertight.bulkhead.rejections", "{call}", "Calls refused because the bulkhead was full (semaphore), or tasks refused because the queue was full or the pool closed (pool).")
-	in.bulkheadAcquisitions = counter("watertight.bulkhead.acquisitions", "{permit}", "Acquisitions of a semaphore bulkhead: calls that took permits (an AcquireN counts once).")
-	in.bulkheadCancellations = counter("watertight.bulkhead.cancellations", "{call}", "Waits for a semaphore bulkhead's permit that ended because the caller's context did.")
+	in.bulkheadLimit = updown("watertight.bulkhead.limit", "{permit}", "Permits of a semaphore bulkhead, workers of a pool, or the permits all the partitions of a partitioned bulkhead share (key empty).")
+	in.bulkheadActive = updown("watertight.bulkhead.active", "{call}", "Permits held (semaphore; partitioned: by the partition, the key) or workers running a task (pool).")
+	in.bulkheadQueued = updown("watertight.bulkhead.queued", "{call}", "Callers waiting for a permit (semaphore; partitioned: in the partition's queue) or tasks waiting for a worker (pool).")
+	in.bulkheadAvailable = updown("watertight.bulkhead.available", "{permit}", "Permits (semaphore; partitioned: of the whole bulkhead, key empty) or idle workers (pool) free now.")
+	in.bulkheadRejections = counter("watertight.bulkhead.rejections", "{call}", "Calls refused because the bulkhead (partitioned: the partition) was full (semaphore), or tasks refused because the queue was full or the pool closed (pool).")
+	in.bulkheadAcquisitions = counter("watertight.bulkhead.acquisitions", "{permit}", "Acquisitions of a semaphore bulkhead (partitioned: of the partition): calls that took permits (an AcquireN counts once).")
+	in.bulkheadCancellations = counter("watertight.bulkhead.cancellations", "{call}", "Waits for a semaphore bulkhead's permit (partitioned: the partition's) that ended because the caller's context did.")
+	in.bulkheadGuaranteed = updown("watertight.bulkhead.guaranteed", "{permit}", "Permits a partition of a partitioned bulkhead is guaranteed: its share of watertight.bulkhead.limit by weight.")
+	in.bulkheadBorrowed = updown("watertight.bulkhead.borrowed", "{permit}", "Permits a partition of a partitioned bulkhead holds above its guarantee, lent from the others' unused shares.")
 	in.poolQueueCapacity = updown("watertight.bulkhead.pool.queue.capacity", "{task}", "Queue size of a worker pool.")
 	in.poolDropped = counter("watertight.bulkhead.pool.dropped", "{task}", "Accepted pool tasks dropped without running (context done, queue wait exceeded, shut down).")
 	in.poolCompleted = counter("watertight.bulkhead.pool.completed", "{task}", "Pool tasks that ran to their end, panics included.")

@@ -95,8 +95,9 @@ type Config struct {
 //
 // Sources may be added and removed at any time. Each is identified by its
 // family and name: adding a breaker (or a breaker registry) under the name of
-// one already added replaces it, and so for semaphore bulkheads and bulkhead
-// registries, pools, budgets, throttlers and hedge policies; the counters of a replaced
+// one already added replaces it, and so for semaphore bulkheads, bulkhead
+// registries and partitioned bulkheads, pools, budgets, throttlers and hedge
+// policies; the counters of a replaced
 // source restart from the new source's counts, which a cumulative backend
 // reads as a reset.
 //
@@ -212,6 +213,22 @@ func (m *Metrics) AddBulkheadRegistry(name string, r *bulkhead.Registry) (remove
 	return m.sources.AddBulkheadRegistry(name, r)
 }
 
+// AddPartitioned watches the partitioned bulkhead p under its name
+// (PartitionedConfig.Name), with kind "partitioned": the permits its
+// partitions share (watertight.bulkhead.limit) and those free
+// (watertight.bulkhead.available) with an empty key, and each partition's
+// counts with the partition's name as the key, its guarantee in
+// watertight.bulkhead.guaranteed and what it borrows in
+// watertight.bulkhead.borrowed. It is in the family of semaphore
+// bulkheads: under the name of one already added it replaces it. It
+// returns a function that stops watching it. A nil p is ignored.
+func (m *Metrics) AddPartitioned(p *bulkhead.Partitioned) (remove func()) {
+	if p == nil {
+		return noop
+	}
+	return m.sources.AddPartitioned(p)
+}
+
 // AddPool watches the worker pool p under its name (PoolConfig.Name), with an
 // empty key; its metrics are the bulkhead ones with kind "pool". It returns a
 // function that stops watching it. A nil p is ignored.
@@ -291,6 +308,8 @@ func (m *Metrics) observeSource(o metric.Observer, s watch.Source) {
 		for _, snap := range s.Bulkheads.Snapshots() {
 			m.observeBulkhead(o, s.Name, snap.Name, snap)
 		}
+	case s.Partitioned != nil:
+		m.observePartitioned(o, s.Name, s.Partitioned.Snapshot())
 	case s.Pool != nil:
 		m.observePool(o, s.Name, s.Pool.Snapshot())
 	case s.Budget != nil:
@@ -388,6 +407,31 @@ func (m *Metrics) observeBulkhead(o metric.Observer, name, key string, s bulkhea
 	o.ObserveInt64(in.bulkheadRejections, count(s.Rejected), nkk)
 	o.ObserveInt64(in.bulkheadAcquisitions, count(s.Acquired), nk)
 	o.ObserveInt64(in.bulkheadCancellations, count(s.Canceled), nk)
+}
+
+// observePartitioned reports a partitioned bulkhead as a bulkhead registry
+// whose keys are its partitions, with what the partitions share under the
+// empty key: one data point of each instrument per partition, so that a
+// sum over the keys adds nothing twice.
+func (m *Metrics) observePartitioned(o metric.Observer, name string, s bulkhead.PartitionedSnapshot) {
+	name = validUTF8(name)
+	in := &m.inst
+	kind := attrKind.String("partitioned")
+	all := metric.WithAttributeSet(attribute.NewSet(AttrName.String(name), AttrKey.String(""), kind))
+	o.ObserveInt64(in.bulkheadLimit, int64(s.MaxConcurrent), all)
+	o.ObserveInt64(in.bulkheadAvailable, int64(s.Available), all)
+	for _, p := range s.Partitions {
+		key := validUTF8(p.Name)
+		nkk := metric.WithAttributeSet(attribute.NewSet(AttrName.String(name), AttrKey.String(key), kind))
+		nk := metric.WithAttributeSet(attribute.NewSet(AttrName.String(name), AttrKey.String(key)))
+		o.ObserveInt64(in.bulkheadGuaranteed, int64(p.Guaranteed), nk)
+		o.ObserveInt64(in.bulkheadActive, int64(p.Active), nkk)
+		o.ObserveInt64(in.bulkheadBorrowed, int64(p.Borrowed), nk)
+		o.ObserveInt64(in.bulkheadQueued, int64(p.Waiting), nkk)
+		o.ObserveInt64(in.bulkheadRejections, count(p.Rejected), nkk)
+		o.ObserveInt64(in.bulkheadAcquisitions, count(p.Acquired), nk)
+		o.ObserveInt64(in.bulkheadCancellations, count(p.Canceled), nk)
+	}
 }
 
 func (m *Metrics) observePool(o metric.Observer, name string, s bulkhead.PoolSnapshot) {

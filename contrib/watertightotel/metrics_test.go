@@ -233,7 +233,7 @@ func TestRegistriesAndReplace(t *testing.T) {
 	absent(t, got, "watertight.bulkhead.")
 	for _, remove := range []func(){
 		h.m.AddBreaker(nil), h.m.AddBreakerRegistry("x", nil), h.m.AddBulkhead(nil), h.m.AddBulkheadRegistry("x", nil),
-		h.m.AddPool(nil), h.m.AddBudget("x", nil), h.m.AddThrottler("x", nil),
+		h.m.AddPartitioned(nil), h.m.AddPool(nil), h.m.AddBudget("x", nil), h.m.AddThrottler("x", nil),
 	} {
 		remove()
 	}
@@ -310,6 +310,99 @@ func TestBulkheadPoolBudgetThrottler(t *testing.T) {
 			`watertight.bulkhead.pool.completed{watertight.name="thumbs"}`:                            2,
 		})
 		pool.Shutdown(ctx)
+	})
+}
+
+// A partitioned bulkhead is reported as a bulkhead registry whose keys are
+// its partitions, with kind "partitioned": the shared limit and the free
+// permits once under the empty key, and per partition its guarantee, what
+// it holds and borrows, its queue and its counters.
+func TestPartitioned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, watertightotel.Config{})
+		p, err := bulkhead.NewPartitioned(bulkhead.PartitionedConfig{
+			Name:          "api",
+			MaxConcurrent: 4,
+			Partitions:    []bulkhead.PartitionConfig{{Name: "free", Weight: 1}, {Name: "paid", Weight: 3}},
+			Default:       "free",
+			Reserve:       -1, // lend every free permit
+			MaxWait:       -1, // wait until the caller's context ends
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.m.AddPartitioned(p)
+		free, paid := p.Index("free"), p.Index("paid")
+		ctx := context.Background()
+		for range 3 { // its guarantee (1) and two borrowed
+			if err := p.Acquire(ctx, free); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Acquire(ctx, paid); err != nil {
+			t.Fatal(err)
+		}
+		if p.TryAcquire(paid) {
+			t.Fatal("TryAcquire with every permit held succeeded")
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- p.Acquire(wctx, free) }()
+		synctest.Wait() // a fourth call of free waits in its queue
+
+		got, kinds := h.collect(t)
+		want(t, got, map[string]float64{
+			`watertight.bulkhead.limit{kind="partitioned",watertight.key="",watertight.name="api"}`:          4,
+			`watertight.bulkhead.available{kind="partitioned",watertight.key="",watertight.name="api"}`:      0,
+			`watertight.bulkhead.guaranteed{watertight.key="free",watertight.name="api"}`:                    1,
+			`watertight.bulkhead.guaranteed{watertight.key="paid",watertight.name="api"}`:                    3,
+			`watertight.bulkhead.active{kind="partitioned",watertight.key="free",watertight.name="api"}`:     3,
+			`watertight.bulkhead.active{kind="partitioned",watertight.key="paid",watertight.name="api"}`:     1,
+			`watertight.bulkhead.borrowed{watertight.key="free",watertight.name="api"}`:                      2,
+			`watertight.bulkhead.borrowed{watertight.key="paid",watertight.name="api"}`:                      0,
+			`watertight.bulkhead.queued{kind="partitioned",watertight.key="free",watertight.name="api"}`:     1,
+			`watertight.bulkhead.queued{kind="partitioned",watertight.key="paid",watertight.name="api"}`:     0,
+			`watertight.bulkhead.rejections{kind="partitioned",watertight.key="free",watertight.name="api"}`: 0,
+			`watertight.bulkhead.rejections{kind="partitioned",watertight.key="paid",watertight.name="api"}`: 1,
+			`watertight.bulkhead.acquisitions{watertight.key="free",watertight.name="api"}`:                  3,
+			`watertight.bulkhead.acquisitions{watertight.key="paid",watertight.name="api"}`:                  1,
+			`watertight.bulkhead.cancellations{watertight.key="free",watertight.name="api"}`:                 0,
+		})
+		for _, name := range []string{"guaranteed", "borrowed"} {
+			if k := kinds["watertight.bulkhead."+name]; k.kind != "updown" || k.unit != "{permit}" {
+				t.Errorf("watertight.bulkhead.%s is %+v, want an up-down counter in {permit}", name, k)
+			}
+		}
+		// What the partitions share is reported once, with the empty key;
+		// what each holds, only under its name.
+		for _, m := range []string{"active", "queued", "rejections"} {
+			absent(t, got, `watertight.bulkhead.`+m+`{kind="partitioned",watertight.key="",`)
+		}
+		for _, m := range []string{"acquisitions", "cancellations", "guaranteed", "borrowed"} {
+			absent(t, got, `watertight.bulkhead.`+m+`{watertight.key="",`)
+		}
+		for _, m := range []string{"limit", "available"} {
+			absent(t, got, `watertight.bulkhead.`+m+`{kind="partitioned",watertight.key="free"`)
+			absent(t, got, `watertight.bulkhead.`+m+`{kind="partitioned",watertight.key="paid"`)
+		}
+
+		cancel()
+		if err := <-errc; err == nil {
+			t.Fatal("cancelled Acquire succeeded")
+		}
+		p.Release(free)
+		p.Release(free) // free gives back what it borrowed
+		got, _ = h.collect(t)
+		want(t, got, map[string]float64{
+			`watertight.bulkhead.available{kind="partitioned",watertight.key="",watertight.name="api"}`:  2,
+			`watertight.bulkhead.active{kind="partitioned",watertight.key="free",watertight.name="api"}`: 1,
+			`watertight.bulkhead.borrowed{watertight.key="free",watertight.name="api"}`:                  0,
+			`watertight.bulkhead.queued{kind="partitioned",watertight.key="free",watertight.name="api"}`: 0,
+			`watertight.bulkhead.cancellations{watertight.key="free",watertight.name="api"}`:             1,
+			`watertight.bulkhead.acquisitions{watertight.key="free",watertight.name="api"}`:              3,
+		})
+		p.Release(free)
+		p.Release(paid)
 	})
 }
 

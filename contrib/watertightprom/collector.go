@@ -65,10 +65,10 @@ type Config struct {
 // Sources may be added and removed at any time, also while a scrape runs.
 // Each source is identified by its family and name: adding a breaker (or a
 // breaker registry) under the name of one already added replaces it, and so
-// for semaphore bulkheads and bulkhead registries, pools, budgets,
-// throttlers and hedge policies. The counters of a replaced source restart from the new
-// source's counts, which Prometheus's rate() and increase() read as a counter
-// reset.
+// for semaphore bulkheads, bulkhead registries and partitioned bulkheads,
+// pools, budgets, throttlers and hedge policies. The counters of a replaced
+// source restart from the new source's counts, which Prometheus's rate()
+// and increase() read as a counter reset.
 //
 // One Collector serves a whole program: register it once per registry (two
 // Collectors in one registry would describe the same metrics twice, which
@@ -171,6 +171,22 @@ func (c *Collector) AddBulkheadRegistry(name string, r *bulkhead.Registry) (remo
 	return c.sources.AddBulkheadRegistry(name, r)
 }
 
+// AddPartitioned watches the partitioned bulkhead p under its name
+// (PartitionedConfig.Name), with kind="partitioned": the permits its
+// partitions share (watertight_bulkhead_max_concurrent) and those free
+// (watertight_bulkhead_available) with an empty key, and each partition's
+// counts with the partition's name as the key, its guarantee in
+// watertight_bulkhead_guaranteed and what it borrows in
+// watertight_bulkhead_borrowed. It is in the family of semaphore bulkheads:
+// under the name of one already added it replaces it. It returns a
+// function that stops watching it. A nil p is ignored.
+func (c *Collector) AddPartitioned(p *bulkhead.Partitioned) (remove func()) {
+	if p == nil {
+		return noop
+	}
+	return c.sources.AddPartitioned(p)
+}
+
 // AddPool watches the worker pool p under its name (PoolConfig.Name), with
 // an empty key; its metrics are the bulkhead ones with kind="pool". It
 // returns a function that stops watching it. A nil p is ignored.
@@ -263,6 +279,8 @@ func (c *Collector) collectSource(ch chan<- prometheus.Metric, s watch.Source) {
 		for _, snap := range s.Bulkheads.Snapshots() {
 			c.collectBulkhead(ch, s.Name, snap.Name, snap)
 		}
+	case s.Partitioned != nil:
+		c.collectPartitioned(ch, s.Name, s.Partitioned.Snapshot())
 	case s.Pool != nil:
 		c.collectPool(ch, s.Name, s.Pool.Snapshot())
 	case s.Budget != nil:
@@ -367,6 +385,26 @@ func (c *Collector) collectBulkhead(ch chan<- prometheus.Metric, name, key strin
 	counter(ch, d.bulkheadRejected, float64(s.Rejected), name, key, kind)
 	counter(ch, d.bulkheadAcquired, float64(s.Acquired), name, key)
 	counter(ch, d.bulkheadCanceled, float64(s.Canceled), name, key)
+}
+
+// collectPartitioned exports a partitioned bulkhead as a bulkhead registry
+// whose keys are its partitions, with what the partitions share under the
+// empty key: one series of each kind per partition, so that summing over
+// the keys adds nothing twice.
+func (c *Collector) collectPartitioned(ch chan<- prometheus.Metric, name string, s bulkhead.PartitionedSnapshot) {
+	d := &c.d
+	const kind = "partitioned"
+	gauge(ch, d.bulkheadMax, float64(s.MaxConcurrent), name, "", kind)
+	gauge(ch, d.bulkheadAvailable, float64(s.Available), name, "", kind)
+	for _, p := range s.Partitions {
+		gauge(ch, d.bulkheadGuaranteed, float64(p.Guaranteed), name, p.Name)
+		gauge(ch, d.bulkheadActive, float64(p.Active), name, p.Name, kind)
+		gauge(ch, d.bulkheadBorrowed, float64(p.Borrowed), name, p.Name)
+		gauge(ch, d.bulkheadQueued, float64(p.Waiting), name, p.Name, kind)
+		counter(ch, d.bulkheadRejected, float64(p.Rejected), name, p.Name, kind)
+		counter(ch, d.bulkheadAcquired, float64(p.Acquired), name, p.Name)
+		counter(ch, d.bulkheadCanceled, float64(p.Canceled), name, p.Name)
+	}
 }
 
 func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s bulkhead.PoolSnapshot) {

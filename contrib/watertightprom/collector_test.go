@@ -223,6 +223,7 @@ func TestBreakerRegistryAndReplace(t *testing.T) {
 	c.AddBreakerRegistry("x", nil)()
 	c.AddBulkhead(nil)()
 	c.AddBulkheadRegistry("x", nil)()
+	c.AddPartitioned(nil)()
 	c.AddPool(nil)()
 	c.AddBudget("x", nil)()
 	c.AddThrottler("x", nil)()
@@ -300,6 +301,104 @@ func TestBulkheadRegistry(t *testing.T) {
 	a.Release()
 	a.Release()
 	b.Release()
+}
+
+// A partitioned bulkhead is exported as a bulkhead registry whose keys are
+// its partitions, with kind="partitioned": the shared cap and the free
+// permits once under the empty key, and per partition its guarantee, what
+// it holds and borrows, its queue and its counters.
+func TestPartitioned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := bulkhead.NewPartitioned(bulkhead.PartitionedConfig{
+			Name:          "api",
+			MaxConcurrent: 4,
+			Partitions:    []bulkhead.PartitionConfig{{Name: "free", Weight: 1}, {Name: "paid", Weight: 3}},
+			Default:       "free",
+			Reserve:       -1, // lend every free permit
+			MaxWait:       -1, // wait until the caller's context ends
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newCollector(t, watertightprom.Config{})
+		c.AddPartitioned(p)
+		free, paid := p.Index("free"), p.Index("paid")
+		ctx := context.Background()
+		for range 3 { // its guarantee (1) and two borrowed
+			if err := p.Acquire(ctx, free); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Acquire(ctx, paid); err != nil {
+			t.Fatal(err)
+		}
+		if p.TryAcquire(paid) {
+			t.Fatal("TryAcquire with every permit held succeeded")
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- p.Acquire(wctx, free) }()
+		synctest.Wait() // a fourth call of free waits in its queue
+
+		got := scrape(t, c)
+		want(t, got, map[string]float64{
+			`watertight_bulkhead_max_concurrent{key="",kind="partitioned",name="api"}`:     4,
+			`watertight_bulkhead_available{key="",kind="partitioned",name="api"}`:          0,
+			`watertight_bulkhead_guaranteed{key="free",name="api"}`:                        1,
+			`watertight_bulkhead_guaranteed{key="paid",name="api"}`:                        3,
+			`watertight_bulkhead_active{key="free",kind="partitioned",name="api"}`:         3,
+			`watertight_bulkhead_active{key="paid",kind="partitioned",name="api"}`:         1,
+			`watertight_bulkhead_borrowed{key="free",name="api"}`:                          2,
+			`watertight_bulkhead_borrowed{key="paid",name="api"}`:                          0,
+			`watertight_bulkhead_queued{key="free",kind="partitioned",name="api"}`:         1,
+			`watertight_bulkhead_queued{key="paid",kind="partitioned",name="api"}`:         0,
+			`watertight_bulkhead_rejected_total{key="free",kind="partitioned",name="api"}`: 0,
+			`watertight_bulkhead_rejected_total{key="paid",kind="partitioned",name="api"}`: 1,
+			`watertight_bulkhead_acquired_total{key="free",name="api"}`:                    3,
+			`watertight_bulkhead_acquired_total{key="paid",name="api"}`:                    1,
+			`watertight_bulkhead_canceled_total{key="free",name="api"}`:                    0,
+		})
+		// What the partitions share is exported once, with the empty key;
+		// what each holds, only under its name: a sum over the keys counts
+		// nothing twice.
+		for _, m := range []string{"active", "queued", "rejected_total", "acquired_total", "canceled_total", "guaranteed", "borrowed"} {
+			absent(t, got, `watertight_bulkhead_`+m+`{key="",`)
+		}
+		for _, m := range []string{"max_concurrent", "available"} {
+			absent(t, got, `watertight_bulkhead_`+m+`{key="free"`)
+			absent(t, got, `watertight_bulkhead_`+m+`{key="paid"`)
+		}
+
+		cancel()
+		if err := <-errc; err == nil {
+			t.Fatal("cancelled Acquire succeeded")
+		}
+		p.Release(free)
+		p.Release(free) // free gives back what it borrowed
+		got = scrape(t, c)
+		want(t, got, map[string]float64{
+			`watertight_bulkhead_available{key="",kind="partitioned",name="api"}`:  2,
+			`watertight_bulkhead_active{key="free",kind="partitioned",name="api"}`: 1,
+			`watertight_bulkhead_borrowed{key="free",name="api"}`:                  0,
+			`watertight_bulkhead_queued{key="free",kind="partitioned",name="api"}`: 0,
+			`watertight_bulkhead_canceled_total{key="free",name="api"}`:            1,
+			`watertight_bulkhead_acquired_total{key="free",name="api"}`:            3,
+		})
+		p.Release(free)
+		p.Release(paid)
+
+		// In the family of semaphore bulkheads: a bulkhead of the same name
+		// replaces it, and its partitions' series go.
+		bh, err := bulkhead.New(bulkhead.Config{Name: "api", MaxConcurrent: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.AddBulkhead(bh)
+		got = scrape(t, c)
+		absent(t, got, `watertight_bulkhead_guaranteed{`)
+		absent(t, got, `watertight_bulkhead_active{key="free"`)
+		want(t, got, map[string]float64{`watertight_bulkhead_max_concurrent{key="",kind="semaphore",name="api"}`: 2})
+	})
 }
 
 func TestPool(t *testing.T) {

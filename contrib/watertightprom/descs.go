@@ -12,7 +12,7 @@ type descs struct {
 	circuitFailureRatio, circuitSlowCallRatio, circuitTrials, circuitRejected, circuitOpens                 *prometheus.Desc
 
 	bulkheadMax, bulkheadActive, bulkheadQueued, bulkheadAvailable, bulkheadRejected *prometheus.Desc
-	bulkheadAcquired, bulkheadCanceled                                               *prometheus.Desc
+	bulkheadAcquired, bulkheadCanceled, bulkheadGuaranteed, bulkheadBorrowed         *prometheus.Desc
 	poolQueueCapacity, poolDropped, poolCompleted, poolPanicked                      *prometheus.Desc
 
 	budgetDeposits, budgetWithdrawals, budgetRefused, budgetBalance              *prometheus.Desc
@@ -56,13 +56,15 @@ func (d *descs) init(constLabels prometheus.Labels) error {
 	d.circuitRejected = nd("watertight_circuit_rejected_total", "Calls the breaker rejected (open, forced open, or half-open with every trial in flight).", nk...)
 	d.circuitOpens = nd("watertight_circuit_opens_total", "Times the breaker opened, forced openings included.", nk...)
 
-	d.bulkheadMax = nd("watertight_bulkhead_max_concurrent", "Permits of a semaphore bulkhead, or workers of a pool.", nkk...)
-	d.bulkheadActive = nd("watertight_bulkhead_active", "Permits held (semaphore) or workers running a task (pool).", nkk...)
-	d.bulkheadQueued = nd("watertight_bulkhead_queued", "Callers waiting for a permit (semaphore) or tasks waiting for a worker (pool).", nkk...)
-	d.bulkheadAvailable = nd("watertight_bulkhead_available", "Permits (semaphore) or idle workers (pool) free now.", nkk...)
-	d.bulkheadRejected = nd("watertight_bulkhead_rejected_total", "Calls refused because the bulkhead was full (semaphore), or tasks refused because the queue was full or the pool closed (pool).", nkk...)
-	d.bulkheadAcquired = nd("watertight_bulkhead_acquired_total", "Acquisitions of a semaphore bulkhead: calls that took permits (an AcquireN counts once).", nk...)
-	d.bulkheadCanceled = nd("watertight_bulkhead_canceled_total", "Waits for a semaphore bulkhead's permit that ended because the caller's context did.", nk...)
+	d.bulkheadMax = nd("watertight_bulkhead_max_concurrent", "Permits of a semaphore bulkhead, workers of a pool, or the permits all the partitions of a partitioned bulkhead share (key empty).", nkk...)
+	d.bulkheadActive = nd("watertight_bulkhead_active", "Permits held (semaphore; partitioned: by the partition, the key) or workers running a task (pool).", nkk...)
+	d.bulkheadQueued = nd("watertight_bulkhead_queued", "Callers waiting for a permit (semaphore; partitioned: in the partition's queue) or tasks waiting for a worker (pool).", nkk...)
+	d.bulkheadAvailable = nd("watertight_bulkhead_available", "Permits (semaphore; partitioned: of the whole bulkhead, key empty) or idle workers (pool) free now.", nkk...)
+	d.bulkheadRejected = nd("watertight_bulkhead_rejected_total", "Calls refused because the bulkhead (partitioned: the partition) was full (semaphore), or tasks refused because the queue was full or the pool closed (pool).", nkk...)
+	d.bulkheadAcquired = nd("watertight_bulkhead_acquired_total", "Acquisitions of a semaphore bulkhead (partitioned: of the partition): calls that took permits (an AcquireN counts once).", nk...)
+	d.bulkheadCanceled = nd("watertight_bulkhead_canceled_total", "Waits for a semaphore bulkhead's permit (partitioned: the partition's) that ended because the caller's context did.", nk...)
+	d.bulkheadGuaranteed = nd("watertight_bulkhead_guaranteed", "Permits a partition of a partitioned bulkhead is guaranteed: its share of max_concurrent by weight.", nk...)
+	d.bulkheadBorrowed = nd("watertight_bulkhead_borrowed", "Permits a partition of a partitioned bulkhead holds above its guarantee, lent from the others' unused shares.", nk...)
 	d.limiterLimit = nd("watertight_limiter_limit", "Current concurrency limit of an adaptive limiter.", nk...)
 	d.limiterInFlight = nd("watertight_limiter_in_flight", "Calls holding a permit of an adaptive limiter.", nk...)
 	d.limiterWaiting = nd("watertight_limiter_waiting", "Callers waiting for a permit of an adaptive limiter.", nk...)

@@ -111,6 +111,8 @@ func everySignal(t *testing.T) *watertightprom.Collector {
 	open.ForceOpen()
 	bh, _ := bulkhead.New(bulkhead.Config{Name: "payments", MaxConcurrent: 1})
 	c.AddBulkhead(bh)
+	part, _ := bulkhead.NewPartitioned(bulkhead.PartitionedConfig{Name: "tenants", MaxConcurrent: 4, Partitions: []bulkhead.PartitionConfig{{Name: "free"}, {Name: "paid", Weight: 3}}})
+	c.AddPartitioned(part)
 	p, _ := bulkhead.NewPool(bulkhead.PoolConfig{Name: "jobs", Workers: 1})
 	t.Cleanup(func() { p.Shutdown(context.Background()) })
 	c.AddPool(p)

@@ -13,6 +13,7 @@
   const LABELS = {
     calls: 'calls', failure: 'failures', slow: 'slow calls', saturated: 'saturated', rejected_s: 'rejected/s',
     opens: 'opens', trials: 'trials', in_use: 'in use', max: 'max', waiting: 'waiting', admitted_s: 'admitted/s',
+    guaranteed: 'guaranteed', borrowed: 'borrowed',
     busy: 'busy', workers: 'workers', queued: 'queued', queue: 'queue size', dropped_s: 'dropped/s', done_s: 'done/s',
     balance: 'balance', refused: 'refused', refused_s: 'refused/s', granted_s: 'granted/s', reject_p: 'reject p.',
     requests: 'requests', accepts: 'accepts', in_flight: 'in flight', limit: 'limit', active: 'active',

@@ -257,6 +257,52 @@ func TestBulkheadInUseFollowsLoad(t *testing.T) {
 	s.checkClean()
 }
 
+// A partitioned bulkhead shows a card per partition under the bulkhead's
+// name; a partition's card follows what it holds and borrows, and the
+// filter finds it by the partition's name.
+func TestPartitionedCards(t *testing.T) {
+	set := new(watch.Set)
+	d := must(dashboard.New(dashboard.Config{Sources: set, Interval: 100 * time.Millisecond}))
+	p := must(bulkhead.NewPartitioned(bulkhead.PartitionedConfig{
+		Name:          "api",
+		MaxConcurrent: 8,
+		Partitions:    []bulkhead.PartitionConfig{{Name: "free", Weight: 1}, {Name: "paid", Weight: 3}},
+		Default:       "free",
+		Reserve:       -1,
+	}))
+	set.AddPartitioned(p)
+	set.AddBulkhead(must(bulkhead.New(bulkhead.Config{Name: "search", MaxConcurrent: 4})))
+	s := open(t, d)
+	s.live(3)
+	s.poll("the partitions grouped under api", `(() => { const g = document.querySelector('details.kind[data-kind="bulkhead"] .group[data-group="api"]');
+		return g && g.querySelector('h3.group-name').textContent === 'api (2)' &&
+			[...g.querySelectorAll('article.card')].map(c => c.querySelector('h3.name').textContent).join() === 'free,paid'; })()`, 5*time.Second)
+	free := card("bulkhead/api/free")
+	fieldOf := func(c, f string) string { return c + `.querySelector('dd[data-f="` + f + `"]').textContent` }
+	s.poll("free's guarantee", fieldOf(free, "guaranteed")+` === '2'`, 5*time.Second)
+	s.poll("paid's guarantee", fieldOf(card("bulkhead/api/paid"), "guaranteed")+` === '6'`, 5*time.Second)
+
+	idx := p.Index("free")
+	for range 5 { // its guarantee (2) and three borrowed
+		if err := p.Acquire(context.Background(), idx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.poll("free shown borrowing 3", fieldOf(free, "in_use")+` === '5' && `+fieldOf(free, "borrowed")+` === '3' && `+
+		free+`.querySelector('.state').textContent === 'borrowing'`, 5*time.Second)
+	for range 5 {
+		p.Release(idx)
+	}
+	s.poll("free shown idle again", fieldOf(free, "in_use")+` === '0' && `+fieldOf(free, "borrowed")+` === '0'`, 5*time.Second)
+
+	if err := chromedp.Do(s.ctx, chromedp.SendKeys(chromedp.CSS("#filter"), "paid")); err != nil {
+		t.Fatal(err)
+	}
+	s.poll("the filter finds the partition by its name", `document.querySelector('#shown').textContent === '1 of 3 shown' &&
+		[...document.querySelectorAll('article.card')].filter(c => !c.hidden && c.offsetParent !== null).map(c => c.dataset.id).join() === 'bulkhead/api/paid'`, 5*time.Second)
+	s.checkClean()
+}
+
 // The filter box and "problems only" at 200 protections.
 func TestFilter(t *testing.T) {
 	set := new(watch.Set)
