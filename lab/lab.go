@@ -48,6 +48,11 @@ type Options struct {
 	// puts innermost in each dependency's pipeline, inside the attempt
 	// timeout (latency histograms of the protected calls).
 	CallPolicies func(dependency string) []watertight.Policy
+	// Executable, for the gateway scenario, is the path of the watertight
+	// command, whose `proxy` and hidden `lab-backend` subcommands it runs
+	// as processes of their own (`watertight lab` gives os.Executable()).
+	// Empty: the gateway scenario fails, saying so.
+	Executable string
 }
 
 // Metrics is what a scenario hands its protections to for export. The

@@ -161,7 +161,7 @@ const raceSeeds = 4
 // exact for a seed (backoff, adaptive and consumer simulate; storm and
 // payments count calls). The consumer scenario's 20 seeds take about 2 s
 // under -race, so it needs no reduction like adaptive's.
-var realTime = map[string]bool{"hedge": true, "storefront": true, "overload": true, "tenants": true, "deadline": true}
+var realTime = map[string]bool{"hedge": true, "storefront": true, "overload": true, "tenants": true, "deadline": true, "gateway": true}
 
 // machineStarved says why a real-time scenario's run measured the machine
 // rather than the pattern, or "".

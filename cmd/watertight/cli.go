@@ -58,6 +58,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runProxy(ctx, args[1:], stdout, stderr)
 	case "version":
 		return runVersion(args[1:], stdout, stderr)
+	case "lab-backend": // hidden: the gateway scenario's backends
+		return runLabBackend(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "watertight: unknown command %q (commands: lab, config, proxy, version, help; see watertight -h)\n", args[0])
 	return exitUsage
@@ -355,6 +357,11 @@ func runLab(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	code := exitOK
 	f.opts.Progress = stderr
+	// The gateway scenario runs this binary's proxy and lab-backend as
+	// processes of their own.
+	if exe, err := os.Executable(); err == nil {
+		f.opts.Executable = exe
+	}
 	var results []*lab.Result
 	for _, s := range scenarios {
 		if ctx.Err() != nil {
