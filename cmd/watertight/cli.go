@@ -121,7 +121,7 @@ func labUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   watertight lab [scenario ...] [flags]
 
-Runs the named scenarios (all of them if none is named; about 2 minutes, 40
+Runs the named scenarios (all of them if none is named; about 140 seconds, 70
 seconds with --quick), prints each one's summary, tables and checks, then
 "N of M checks passed", and writes a report: index.md and each chart as PNG
 and SVG. The report folder holds one run: the charts an earlier report wrote
