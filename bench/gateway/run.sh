@@ -83,11 +83,14 @@ for v in tenants hedge idempotency; do
 	extra_pid[$v]=$!
 done
 cat >"$work/idempotency.lua" <<'LUA'
--- A POST with a new Idempotency-Key each time.
-local n = 0
+-- A POST with a new Idempotency-Key each time: wrk starts every run
+-- with the same random seed, so the run's start time is in the key too
+-- (a key of an earlier run would be replayed, or refused as forgotten).
+math.randomseed(os.time())
+local start, n = os.time(), 0
 request = function()
   n = n + 1
-  return wrk.format("POST", "/", {["Idempotency-Key"] = string.format('"%d-%d"', math.random(1, 2^31), n)}, "x")
+  return wrk.format("POST", "/", {["Idempotency-Key"] = string.format('"%d-%d-%d"', start, math.random(1, 2^31), n)}, "x")
 end
 LUA
 cat >"$work/nginx.conf" <<EOF
